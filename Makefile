@@ -1,0 +1,67 @@
+# skyfilter: every set-up step lives here; `make demo` and `make test` need nothing else.
+# Versions are pinned once, in conf/versions.env.
+include conf/versions.env
+
+SHELL        := /bin/bash
+PYTHON       ?= python$(PYTHON_VERSION)
+ROOT         := $(abspath .)
+VENV         := $(ROOT)/.venv
+LOCAL        := $(ROOT)/.local
+PY           := $(VENV)/bin/python
+SPARK_HOME   := $(VENV)/lib/python$(PYTHON_VERSION)/site-packages/pyspark
+MVN_FLAGS    := -q -B -Dmaven.repo.local=$(LOCAL)/m2 -Dkafka.version=$(KAFKA_VERSION) \
+                -Dscala.binary.version=$(SCALA_BINARY_VERSION) -Dlog4j.version=$(LOG4J_VERSION) \
+                -Dslf4j.version=$(SLF4J_VERSION)
+
+.PHONY: setup demo test lint clean kafka-stop help
+
+help:
+	@echo "make demo   set up everything, then run a small simulated night end to end"
+	@echo "make test   set up everything, then run the test suite"
+	@echo "make lint   ruff check"
+	@echo "make clean  stop local Kafka and remove .local/ (the venv stays)"
+
+setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/spark-defaults.conf $(LOCAL)/ivy/.resolved
+
+# Python: a virtualenv with the project installed (editable) at pinned versions.
+$(VENV)/.installed: setup.py conf/versions.env
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python $(PYTHON_VERSION)"; exit 1; }
+	@command -v java >/dev/null || { echo "error: java not found; install OpenJDK 17 (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+# Kafka broker jars from Maven Central (KRaft mode needs no ZooKeeper).
+$(LOCAL)/kafka/libs/.resolved: conf/kafka/pom.xml conf/versions.env
+	@command -v mvn >/dev/null || { echo "error: mvn not found; install Maven (apt-get install maven)"; exit 1; }
+	rm -rf $(LOCAL)/kafka/libs
+	mvn $(MVN_FLAGS) -f conf/kafka/pom.xml dependency:copy-dependencies \
+	    -DincludeScope=runtime -DoutputDirectory=$(LOCAL)/kafka/libs
+	touch $@
+
+# Spark defaults: the static file plus the lines that need absolute paths;
+# pyspark's own conf folder points there, so spark-submit and python agree.
+$(LOCAL)/spark-conf/spark-defaults.conf: conf/spark-defaults.conf conf/spark-log4j2.properties conf/versions.env $(VENV)/.installed
+	$(PY) -m pipelines.session --write-defaults $(LOCAL)/spark-conf
+	rm -rf $(SPARK_HOME)/conf && ln -s $(LOCAL)/spark-conf $(SPARK_HOME)/conf
+
+# Spark packages (Kafka source/sink, Avro, Delta) resolved once into .local/ivy.
+$(LOCAL)/ivy/.resolved: $(LOCAL)/spark-conf/spark-defaults.conf
+	$(PY) -m pipelines.session --check
+	touch $@
+
+demo: setup
+	$(VENV)/bin/skyfilter demo
+
+test: setup
+	$(PY) -m pytest tests
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+kafka-stop:
+	-test -x $(VENV)/bin/skyfilter && $(VENV)/bin/skyfilter kafka stop
+
+clean: kafka-stop
+	rm -rf $(LOCAL)

@@ -1,0 +1,1 @@
+"""Spark jobs (filter_stream.py, ...) and the Spark code they share."""

@@ -1,0 +1,184 @@
+"""What the stream does with each micro-batch, in order of urgency.
+
+1. decode and evaluate every filter once (cached for the steps below);
+2. deliver the matches to the broker topics through one Kafka write;
+3. archive the accepted alerts, the matches and any rejects to Delta,
+   idempotently per batch (``txnAppId``/``txnVersion``), so a retried batch
+   is never archived twice;
+4. record the batch's metrics (counts, timings, latency percentiles).
+
+Latency here is measured per input alert from its Kafka append time to the
+moment the batch's Kafka write was acknowledged (an upper bound of the output
+append time; consumers can get the exact figure from the ``input_time``
+header and the output message's own timestamp).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.fanout import MATCHES, add_matches, kafka_messages, match_rows
+from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, add_filter_columns, filter_column
+from pipelines.stream_plan import StreamPlan
+from pipelines.tables import METRICS_SCHEMA, append
+
+ARCHIVE_DROP = ("kafka_value", "reject_reason")
+
+
+@dataclass
+class StreamTotals:
+    """Running totals of this run, for the closing summary."""
+
+    batches: int = 0
+    input_alerts: int = 0
+    rejected: int = 0
+    archived: int = 0
+    matches_by_broker: Counter = field(default_factory=Counter)
+    matches_by_filter: Counter = field(default_factory=Counter)
+    last_input_at: float = 0.0
+
+
+class BatchProcessor:
+    """The ``foreachBatch`` function of the stream job."""
+
+    def __init__(self, spark: SparkSession, plan: StreamPlan, trigger: str, kafka_options: dict[str, str],
+                 log=print):
+        self.spark = spark
+        self.plan = plan
+        self.trigger = trigger
+        self.kafka_options = kafka_options
+        self.log = log
+        self.run_id = uuid.uuid4().hex[:12]
+        self.app_id = f"skyfilter:{plan.name}"
+        self.totals = StreamTotals()
+
+    def warm_up(self) -> None:
+        """Start the Python workers and create the Delta tables before the first alert arrives.
+
+        Without this the first visit of a night would wait for both (several seconds).
+        """
+        from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA
+
+        probe = self.spark.createDataFrame([(None, None, self.plan.topic, 0, -1, None, 0)], KAFKA_SOURCE_SCHEMA)
+        decoded = self.plan.decode(probe)
+        evaluated = add_matches(add_filter_columns(decoded, self.plan.filters, F.col("reject_reason").isNull()),
+                                self.plan.brokers)
+        evaluated.agg(F.count(F.lit(1))).collect()
+        internal = [filter_column(s.name) for s in self.plan.filters] + [PYTHON_COLUMN, MATCHES]
+        empty_alerts = evaluated.limit(0).drop(*internal, *ARCHIVE_DROP).withColumn("batch_id", F.lit(0).cast("long"))
+        for frame, path, partition in ((empty_alerts, self.plan.tables["alerts"], "night"),
+                                       (self.spark.createDataFrame([], METRICS_SCHEMA), self.plan.tables["metrics"], None)):
+            if not (path / "_delta_log").exists():
+                writer = frame.write.format("delta").mode("append")
+                (writer.partitionBy(partition) if partition else writer).save(str(path))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.time()
+        plan = self.plan
+        decoded = plan.decode(batch)
+        accepted = F.col("reject_reason").isNull()
+        evaluated = add_matches(add_filter_columns(decoded, plan.filters, accepted), plan.brokers)
+        evaluated = evaluated.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            matches = match_rows(evaluated)
+            kafka_messages(matches, plan.nocutouts).write.format("kafka").options(**self.kafka_options).save()
+            delivered = time.time()
+            stats = self._stats(evaluated, delivered)
+            if stats["input_alerts"] == 0:
+                return
+            self.totals.last_input_at = delivered
+            self._archive(evaluated, matches, batch_id, stats)
+            self._record(batch_id, started, delivered, stats)
+        finally:
+            evaluated.unpersist()
+
+    def _stats(self, evaluated: DataFrame, delivered: float) -> dict:
+        """Every per-batch figure in one aggregation over the cached batch."""
+        accepted = F.col("reject_reason").isNull()
+        latency = F.lit(delivered * 1000.0) - F.unix_millis("kafka_timestamp").cast("double")
+        aggregates = [
+            F.count(F.lit(1)).alias("input_alerts"),
+            F.count_if(~accepted).alias("rejected"),
+            F.percentile_approx(latency, [0.5, 0.95, 0.99], 10000).alias("latency"),
+            F.max(latency).alias("latency_max"),
+            F.sum(F.size(MATCHES)).alias("matches"),
+        ]
+        for spec in self.plan.filters:
+            aggregates.append(F.count_if(F.col(filter_column(spec.name))).alias(f"f:{spec.name}"))
+            if spec.kind == "python":
+                aggregates.append(F.first(F.col(PYTHON_COLUMN)[spec.name + ERROR_SUFFIX], ignorenulls=True)
+                                  .alias(f"e:{spec.name}"))
+        for broker in self.plan.brokers:
+            aggregates.append(F.count_if(F.exists(MATCHES, _is_broker(broker.name))).alias(f"b:{broker.name}"))
+        row = evaluated.agg(*aggregates).first().asDict()
+        percentiles = row["latency"] or [None, None, None]
+        return {
+            "input_alerts": row["input_alerts"], "rejected": row["rejected"],
+            "archived": row["input_alerts"] - row["rejected"], "matches": row["matches"] or 0,
+            "latency": percentiles, "latency_max": row["latency_max"],
+            "by_filter": {k[2:]: v for k, v in row.items() if k.startswith("f:")},
+            "by_broker": {k[2:]: v for k, v in row.items() if k.startswith("b:")},
+            "errors": {k[2:]: v for k, v in row.items() if k.startswith("e:") and v},
+        }
+
+    def _archive(self, evaluated: DataFrame, matches: DataFrame, batch_id: int, stats: dict) -> None:
+        plan = self.plan
+        internal = [filter_column(s.name) for s in plan.filters] + [PYTHON_COLUMN, MATCHES]
+        alerts = evaluated.where(F.col("reject_reason").isNull()).drop(*internal, *ARCHIVE_DROP)
+        append(alerts.withColumn("batch_id", F.lit(batch_id).cast("long")), plan.tables["alerts"], self.app_id, batch_id, "night")
+        if stats["matches"]:
+            rows = matches.select("night", "visit_id", "alert_id", F.col("match.broker").alias("broker"),
+                                  F.col("match.topic").alias("topic"), F.col("match.filters").alias("filters"),
+                                  F.col("match.format").alias("format"), "kafka_partition", "kafka_offset",
+                                  "kafka_timestamp", F.lit(batch_id).cast("long").alias("batch_id"))
+            append(rows, plan.tables["matches"], self.app_id, batch_id, "night")
+        if stats["rejected"]:
+            rejects = evaluated.where(F.col("reject_reason").isNotNull()).select(
+                "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_value",
+                "schema_id", "reject_reason", F.lit(batch_id).cast("long").alias("batch_id"))
+            append(rejects, plan.tables["rejects"], self.app_id, batch_id)
+
+    def _record(self, batch_id: int, started: float, delivered: float, stats: dict) -> None:
+        finished = time.time()
+        p50, p95, p99 = stats["latency"]
+        row = (self.plan.name, self.run_id, batch_id, self.trigger, _ts(started), _ts(delivered), _ts(finished),
+               stats["input_alerts"], stats["rejected"], stats["archived"], stats["matches"], stats["by_broker"],
+               stats["by_filter"], stats["errors"], (delivered - started) * 1000, (finished - started) * 1000,
+               p50, p95, p99, stats["latency_max"])
+        metrics = self.spark.createDataFrame([row], METRICS_SCHEMA)
+        append(metrics, self.plan.tables["metrics"], self.app_id, batch_id)
+        totals = self.totals
+        totals.batches += 1
+        totals.input_alerts += stats["input_alerts"]
+        totals.rejected += stats["rejected"]
+        totals.archived += stats["archived"]
+        totals.matches_by_broker.update(stats["by_broker"])
+        totals.matches_by_filter.update(stats["by_filter"])
+        for name, error in stats["errors"].items():
+            self.log(f"batch {batch_id}: Python filter '{name}' failed, no matches from it in this batch: {error}")
+        if stats["rejected"]:
+            self.log(f"batch {batch_id}: {stats['rejected']} message(s) could not be decoded; "
+                     f"kept with their reason in {self.plan.tables['rejects']}")
+        self.log(f"batch {batch_id}: {stats['input_alerts']} alerts, {stats['matches']} matches, "
+                 f"delivered in {delivered - started:.2f} s, done in {finished - started:.2f} s, "
+                 f"latency p50 {_sec(p50)} p99 {_sec(p99)}")
+
+
+def _is_broker(name: str):
+    return lambda match: match["broker"] == name
+
+
+def _ts(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
+
+
+def _sec(millis: float | None) -> str:
+    return "-" if millis is None else f"{millis / 1000:.2f} s"

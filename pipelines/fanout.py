@@ -1,0 +1,74 @@
+"""Fan-out: which brokers each alert goes to, and the Kafka messages that carry it there.
+
+Every (alert, broker) match becomes one row with a ``topic`` column so one
+Kafka sink serves every broker.  ``full`` sends the input bytes unchanged;
+``nocutouts`` re-encodes the alert without its cutout fields under the
+reduced schema's own id.  Headers: ``filters`` (matched filter names,
+comma-separated), ``alert_id`` (for de-duplication) and ``input_time``
+(input Kafka timestamp, ms, for end-to-end latency).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import to_avro
+
+from pipelines.filter_eval import filter_column
+from skyfilter.brokers import BrokerSpec
+from skyfilter.wire import frame
+
+MATCHES = "_matches"
+
+
+@dataclass(frozen=True)
+class NoCutouts:
+    """The reduced schema brokers with ``format: nocutouts`` receive."""
+
+    schema_json: str
+    schema_id: int
+    fields: list[str]
+
+
+def add_matches(evaluated: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
+    """Add ``_matches``: for each broker with at least one matching filter, its name, topic, format, filters."""
+    entries = []
+    for broker in brokers:
+        if not broker.enabled_filters:
+            continue
+        names = F.array_compact(F.array(*[F.when(F.col(filter_column(f)), F.lit(f))
+                                          for f in broker.enabled_filters]))
+        entries.append(F.struct(F.lit(broker.name).alias("broker"), F.lit(broker.topic).alias("topic"),
+                                F.lit(broker.format).alias("format"), names.alias("filters")))
+    if not entries:
+        return evaluated.withColumn(MATCHES, F.array().cast(
+            "array<struct<broker:string,topic:string,format:string,filters:array<string>>>"))
+    return evaluated.withColumn(MATCHES, F.filter(F.array(*entries), lambda m: F.size(m["filters"]) > 0))
+
+
+def match_rows(with_matches: DataFrame) -> DataFrame:
+    """One row per (alert, broker) match, keeping the alert's columns for encoding."""
+    return (with_matches.where(F.size(MATCHES) > 0)
+            .select("*", F.explode(MATCHES).alias("match")).drop(MATCHES))
+
+
+def _header(key: str, value: Column) -> Column:
+    return F.struct(F.lit(key).alias("key"), F.encode(value, "UTF-8").alias("value"))
+
+
+def kafka_messages(matches: DataFrame, nocutouts: NoCutouts | None) -> DataFrame:
+    """The rows the Kafka sink writes: topic, key, value, headers."""
+    value = F.col("kafka_value")
+    if nocutouts is not None:
+        reduced = F.concat(F.lit(bytearray(frame(nocutouts.schema_id, b""))),
+                           to_avro(F.struct(*nocutouts.fields), nocutouts.schema_json))
+        value = F.when(F.col("match.format") == "nocutouts", reduced).otherwise(value)
+    headers = F.array(
+        _header("filters", F.array_join("match.filters", ",")),
+        _header("alert_id", F.col("alert_id")),
+        _header("input_time", F.unix_millis("kafka_timestamp").cast("string")),
+    )
+    return matches.select(F.col("match.topic").alias("topic"), F.col("kafka_key").alias("key"),
+                          value.alias("value"), headers.alias("headers"))

@@ -1,0 +1,173 @@
+"""Filters inside Spark: checked by Spark's own parser and analyzer, evaluated in one pass.
+
+SQL filters become Spark expressions (no Python in the loop).  All Python
+filters of a stream share one vectorized pandas UDF, so each batch crosses
+into Python once; a filter that raises is isolated there: its column is null
+for that batch and its error travels back to the driver in a side column.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+
+import pandas as pd
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.functions import pandas_udf
+
+from skyfilter.filter_loader import FilterProblem, FilterSpec, filter_function
+
+PYTHON_COLUMN = "_python_filters"
+ERROR_SUFFIX = "__error"
+
+# pyspark logs every analysis error with a full JVM stack trace; we report our own one-liners.
+logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+
+
+def filter_column(name: str) -> str:
+    """The boolean column holding a filter's verdict in the evaluated batch."""
+    return f"_f_{name}"
+
+
+def struct_paths(schema: T.StructType, prefix: str = "") -> list[str]:
+    """Every dotted field path of a Spark schema (for 'did you mean' hints)."""
+    paths = []
+    for field in schema.fields:
+        paths.append(prefix + field.name)
+        if isinstance(field.dataType, T.StructType):
+            paths.extend(struct_paths(field.dataType, prefix + field.name + "."))
+    return paths
+
+
+def validate_filters(frame: DataFrame, specs: list[FilterSpec]) -> tuple[list[FilterSpec], list[FilterProblem]]:
+    """Check each filter against the columns of ``frame`` (analysis only, no data read).
+
+    Returns the filters that may run and one problem per broken filter.
+    """
+    paths = struct_paths(frame.schema)
+    enabled, problems = [], []
+    for spec in specs:
+        problem = _check_sql(frame, spec, paths) if spec.kind == "sql" else _check_python(frame, spec, paths)
+        if problem is None:
+            enabled.append(spec)
+        else:
+            problems.append(problem)
+    return enabled, problems
+
+
+def _check_sql(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> FilterProblem | None:
+    try:
+        data_type = frame.select(F.expr(spec.condition).alias("verdict")).schema[0].dataType
+    except ParseException as exc:
+        found = re.search(r"line (\d+), pos (\d+)", str(exc))
+        line = int(found.group(1)) if found else 1
+        return FilterProblem(spec.path, line, f"SQL syntax error: {_first_line(exc)}")
+    except AnalysisException as exc:
+        return FilterProblem(spec.path, _line_of(spec, exc), _explain(exc, paths))
+    if not isinstance(data_type, T.BooleanType):
+        return FilterProblem(spec.path, 1, f"condition is of type {data_type.simpleString()}, not boolean")
+    return None
+
+
+def _check_python(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> FilterProblem | None:
+    for column in spec.columns:
+        try:
+            frame.select(F.col(column)).schema
+        except AnalysisException as exc:
+            return FilterProblem(spec.path, spec.line, _explain(exc, paths, column))
+    return None
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return re.sub(r"\s*SQLSTATE: \w+\.?;?.*$", "", text)
+
+
+def _line_of(spec: FilterSpec, exc: AnalysisException) -> int:
+    for context in exc.getQueryContext() or []:
+        try:
+            return spec.source[: context.startIndex()].count("\n") + 1
+        except Exception:  # noqa: BLE001 - a context without a position
+            continue
+    return 1
+
+
+def _explain(exc: AnalysisException, paths: list[str], column: str | None = None) -> str:
+    """A plain reason for an analysis error, with the closest column name when it is a typo."""
+    condition = exc.getCondition() if hasattr(exc, "getCondition") else exc.getErrorClass()
+    params = exc.getMessageParameters() or {}
+    if condition and (condition.startswith("UNRESOLVED_COLUMN") or condition == "FIELD_NOT_FOUND"):
+        name = column or (exc.getQueryContext()[0].fragment() if exc.getQueryContext() else "")
+        name = name or params.get("objectName", params.get("fieldName", "")).replace("`", "")
+        close = difflib.get_close_matches(name, paths, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"unknown column '{name}'{hint}"
+    if condition == "UNRESOLVED_ROUTINE":
+        return f"unknown function {params.get('routineName', '')}"
+    return _first_line(exc)
+
+
+# --------------------------------------------------------------------------- evaluation
+def python_filters_column(specs: list[FilterSpec], accepted: Column) -> Column:
+    """One pandas UDF evaluating every Python filter; a struct of verdicts and errors.
+
+    Only rows where ``accepted`` is true reach the filters (a rejected message
+    has no alert); the others get a null verdict.
+    """
+    columns = list(dict.fromkeys(c for spec in specs for c in spec.columns))
+    plan = [(spec, [columns.index(c) for c in spec.columns]) for spec in specs]
+    fields = []
+    for spec in specs:
+        fields += [T.StructField(spec.name, T.BooleanType()), T.StructField(spec.name + ERROR_SUFFIX, T.StringType())]
+
+    def evaluate(mask, *series):
+        rows = len(mask)
+        keep = mask.fillna(False).astype(bool).to_numpy()
+        inputs = [s[keep].reset_index(drop=True).infer_objects() for s in series]
+        out = {}
+        for spec, positions in plan:
+            verdict, error = pd.Series([None] * rows, dtype="boolean"), None
+            try:
+                if keep.any():
+                    verdict[keep] = as_verdict(filter_function(spec)(*[inputs[i] for i in positions]),
+                                               int(keep.sum())).to_numpy()
+            except Exception as exc:  # noqa: BLE001 - a failing filter must not stop the others
+                verdict, error = pd.Series([None] * rows, dtype="boolean"), f"{type(exc).__name__}: {exc}"
+            out[spec.name] = verdict
+            out[spec.name + ERROR_SUFFIX] = pd.Series([error] + [None] * (rows - 1), dtype=object)
+        return pd.DataFrame(out)
+
+    return pandas_udf(evaluate, T.StructType(fields))(accepted, *[F.col(c) for c in columns])
+
+
+def as_verdict(result, rows: int) -> pd.Series:
+    """A filter's return value as a nullable boolean Series of the batch's length."""
+    if isinstance(result, pd.DataFrame) or not hasattr(result, "__len__"):
+        raise TypeError(f"filter returned {type(result).__name__}, expected a boolean Series")
+    verdict = pd.Series(result).reset_index(drop=True)
+    if len(verdict) != rows:
+        raise TypeError(f"filter returned {len(verdict)} values for {rows} alerts")
+    if verdict.dtype == object and verdict.map(lambda v: v is None or isinstance(v, bool)).all():
+        return verdict.astype("boolean")
+    if not (pd.api.types.is_bool_dtype(verdict.dtype)):
+        raise TypeError(f"filter returned {verdict.dtype} values, expected booleans")
+    return verdict.astype("boolean")
+
+
+def add_filter_columns(frame: DataFrame, specs: list[FilterSpec], accepted: Column) -> DataFrame:
+    """Append one non-null boolean column per filter (and the Python side column).
+
+    A filter is true only on accepted rows; null verdicts count as no match.
+    """
+    python_specs = [s for s in specs if s.kind == "python"]
+    if python_specs:
+        frame = frame.withColumn(PYTHON_COLUMN, python_filters_column(python_specs, accepted))
+    verdicts = {}
+    for spec in specs:
+        raw = F.expr(spec.condition) if spec.kind == "sql" else F.col(PYTHON_COLUMN)[spec.name]
+        verdicts[filter_column(spec.name)] = accepted & F.coalesce(raw, F.lit(False))
+    return frame.withColumns(verdicts) if verdicts else frame

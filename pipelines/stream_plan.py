@@ -1,0 +1,126 @@
+"""Everything the stream job settles before it starts: schema, filters, brokers, topics, tables.
+
+Kept apart from the batch code so that a later reload (new filters, new
+brokers) can build a fresh plan and swap it in between two batches.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from pipelines.decode import decode, reserved_columns
+from pipelines.fanout import NoCutouts
+from pipelines.filter_eval import validate_filters
+from pipelines.tables import table_paths
+from skyfilter.alert_columns import AlertColumns, detect
+from skyfilter.avro_schemas import cutout_fields, schema_text, without_fields
+from skyfilter.brokers import BrokerSpec, load_brokers
+from skyfilter.config import Config
+from skyfilter.errors import SkyfilterError
+from skyfilter.filter_loader import FilterProblem, FilterSpec, load_filters
+from skyfilter.registry import open_registry, subject_for
+from skyfilter.topics import ensure_topics
+
+KAFKA_SOURCE_SCHEMA = T.StructType([
+    T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
+    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
+    T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
+    T.StructField("timestampType", T.IntegerType()),
+])
+
+
+@dataclass
+class StreamPlan:
+    """The settled inputs of one run of the stream job."""
+
+    name: str
+    topic: str
+    bootstrap: str
+    schema_id: int
+    schema: dict
+    columns: AlertColumns
+    filters: list[FilterSpec]
+    brokers: list[BrokerSpec]
+    nocutouts: NoCutouts | None
+    tables: dict[str, Path]
+    checkpoint: Path
+    night_offset_hours: float
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def schema_json(self) -> str:
+        return schema_text(self.schema)
+
+    def decode(self, raw: DataFrame) -> DataFrame:
+        """Kafka rows of this topic, decoded (see pipelines/decode.py)."""
+        return decode(raw, self.schema_json, self.schema_id, self.columns, self.night_offset_hours)
+
+
+def wait_for_schema(cfg: Config, bootstrap: str, topic: str, wait_s: float, log=print) -> tuple[int, str] | None:
+    """The (id, schema) registered for a topic, waiting up to ``wait_s`` seconds for a producer."""
+    registry = open_registry(cfg, bootstrap)
+    deadline = time.monotonic() + wait_s
+    announced = False
+    while True:
+        found = registry.latest(subject_for(topic))
+        if found or time.monotonic() >= deadline:
+            return found
+        if not announced:
+            log(f"waiting for a producer to register the schema of topic '{topic}'...")
+            announced = True
+        time.sleep(2.0)
+
+
+def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path, brokers_file: Path,
+               schema: tuple[int, str]) -> StreamPlan:
+    """Validate filters and brokers against the topic's schema; create output topics."""
+    bootstrap = cfg.bootstrap_servers
+    schema_id, text = schema
+    definition = json.loads(text)
+    clash = sorted(set(reserved_columns()) & {f["name"] for f in definition["fields"]})
+    if clash:
+        raise SkyfilterError(f"schema '{definition.get('name')}' of topic '{topic}' has field(s) "
+                             f"{', '.join(clash)}, names the stream reserves for its own columns")
+    columns = detect(definition, cfg)
+    empty = spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
+    offset = float(cfg.get("stream.night_offset_hours"))
+    template = decode(empty, text, schema_id, columns, offset)
+
+    specs, load_problems = load_filters(filters_dir)
+    brokers = load_brokers(brokers_file)
+    wanted = {name for broker in brokers for name in broker.filters}
+    valid, check_problems = validate_filters(template, specs)
+    enabled = [s for s in valid if s.name in wanted]
+    problems: list[FilterProblem | str] = [*load_problems, *check_problems]
+    enabled_names = {s.name for s in enabled}
+    known = {s.name for s in specs} | {p.path.stem for p in load_problems}
+    for broker in brokers:
+        broker.enabled_filters = [f for f in broker.filters if f in enabled_names]
+        for missing in (f for f in broker.filters if f not in known):
+            problems.append(f"{brokers_file}:{broker.line}: broker '{broker.name}' names filter '{missing}', "
+                            f"which is not in {filters_dir}")
+        if not broker.enabled_filters:
+            problems.append(f"{brokers_file}:{broker.line}: broker '{broker.name}' has no working filter; "
+                            f"it receives nothing until one is fixed")
+
+    nocutouts = None
+    registry = open_registry(cfg, bootstrap)
+    if any(b.format == "nocutouts" for b in brokers):
+        cutouts = cfg.get("stream.cutout_fields", "auto")
+        cutouts = cutout_fields(definition) if cutouts in (None, "auto") else list(cutouts)
+        reduced = without_fields(definition, cutouts)
+        reduced_id = 0
+        for broker in (b for b in brokers if b.format == "nocutouts"):
+            reduced_id = registry.register(subject_for(broker.topic), reduced)
+        nocutouts = NoCutouts(schema_text(reduced), reduced_id, [f["name"] for f in reduced["fields"]])
+    ensure_topics(cfg, bootstrap, {b.topic: int(cfg.get("topics.broker_partitions")) for b in brokers})
+    return StreamPlan(
+        name=name, topic=topic, bootstrap=bootstrap, schema_id=schema_id, schema=definition, columns=columns,
+        filters=enabled, brokers=brokers, nocutouts=nocutouts, tables=table_paths(cfg, name),
+        checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset, problems=[str(p) for p in problems])

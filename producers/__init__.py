@@ -1,0 +1,1 @@
+"""Alert producers: simulate visits of Rubin alerts, or replay Avro files, into Kafka."""

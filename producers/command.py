@@ -1,0 +1,62 @@
+"""`skyfilter produce`: register the schema, create the topic, produce the visits."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from producers.produce import ProduceReport, run_producers
+from producers.sources import FileSource, SimulatedSource
+from skyfilter.avro_schemas import rubin_schema
+from skyfilter.config import Config
+from skyfilter.registry import open_registry, subject_for
+from skyfilter.topics import check_reachable, ensure_topics
+
+
+@dataclass
+class ProduceOptions:
+    """Everything `skyfilter produce` can be told (None = take it from the config)."""
+
+    topic: str | None = None
+    bootstrap: str | None = None
+    from_paths: list[str] | None = None
+    visits: int | None = None
+    alerts_per_visit: int | None = None
+    interval_s: float | None = None
+    processes: int = 1
+    stamps: bool | None = None
+    seed: int = 0
+    night: str | None = None
+    schema_version: str | None = None
+    progress: bool = True
+
+
+def current_night(offset_hours: float = 12.0) -> str:
+    """Tonight's night label: the UTC date of (now - offset), Rubin's dayObs."""
+    return (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=offset_hours)).date().isoformat()
+
+
+def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
+    """Produce simulated or replayed alerts as the options say; returns the report."""
+    topic = options.topic or str(cfg.get("topics.alerts"))
+    bootstrap = options.bootstrap or cfg.bootstrap_servers
+    check_reachable(bootstrap)
+    if options.from_paths:
+        source = FileSource(options.from_paths)
+        schema = source.schema
+        interval = options.interval_s or 0.0
+    else:
+        schema = rubin_schema(options.schema_version or str(cfg.get("simulation.schema_version")))
+        interval = options.interval_s if options.interval_s is not None else float(cfg.get("simulation.interval_s"))
+        source = SimulatedSource(
+            schema, 0, options.night or current_night(float(cfg.get("stream.night_offset_hours"))),
+            options.visits or int(cfg.get("simulation.visits")),
+            options.alerts_per_visit or int(cfg.get("simulation.alerts_per_visit")),
+            seed=options.seed,
+            stamps=cfg.get("simulation.stamps") if options.stamps is None else options.stamps,
+            history_length=int(cfg.get("simulation.history_length")), interval_s=interval)
+    ensure_topics(cfg, bootstrap, {topic: int(cfg.get("topics.alerts_partitions"))})
+    source.schema_id = open_registry(cfg, bootstrap).register(subject_for(topic), schema, exclusive=True)
+    conf = {**{k: v for k, v in cfg.section("producer").items()}, "bootstrap.servers": bootstrap}
+    return run_producers(conf, topic, source, source.schema_id, interval, max(1, options.processes),
+                         options.progress, log)

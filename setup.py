@@ -1,0 +1,43 @@
+"""skyfilter: streaming filters for astronomical alert streams (Kafka + Spark + Delta)."""
+
+from pathlib import Path
+
+from setuptools import setup
+
+
+def pinned_versions() -> dict:
+    """Engine versions, pinned once in conf/versions.env."""
+    versions = {}
+    for line in (Path(__file__).parent / "conf" / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            versions[key.strip()] = value.strip()
+    return versions
+
+
+VERSIONS = pinned_versions()
+
+setup(
+    name="skyfilter",
+    version="0.1.0",
+    description="Streaming filter stage for astronomical alert streams (Rubin/LSST, ZTF)",
+    python_requires=">=3.11",
+    packages=["skyfilter", "pipelines", "producers"],
+    install_requires=[
+        f"pyspark=={VERSIONS['SPARK_VERSION']}",
+        f"delta-spark=={VERSIONS['DELTA_VERSION']}",
+        "confluent-kafka==2.16.1",
+        "fastavro==1.13.1",
+        "lsst-alert-packet==30.2026.2700",
+        "numpy==2.3.5",
+        "pandas==2.3.3",
+        "pyarrow==21.0.0",
+        "pyyaml==6.0.3",
+        "tqdm==4.67.1",
+    ],
+    extras_require={
+        "test": ["pytest==8.4.2", "ruff==0.14.5", "astropy==7.1.1"],
+    },
+    entry_points={"console_scripts": ["skyfilter=skyfilter.cli:main"]},
+)

@@ -1,0 +1,83 @@
+"""Downstream brokers (``conf/brokers.yaml``): each one's filters, output topic and format."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from skyfilter.errors import SkyfilterError
+
+FORMATS = ("full", "nocutouts")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass
+class BrokerSpec:
+    """One downstream broker's subscription."""
+
+    name: str
+    filters: list[str]
+    topic: str
+    format: str = "full"
+    line: int = 1
+    enabled_filters: list[str] = field(default_factory=list)
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A YAML loader that remembers the line of every mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        mapping = super().construct_mapping(node, deep=deep)
+        mapping["__line__"] = node.start_mark.line + 1
+        return mapping
+
+
+def default_topic(broker: str) -> str:
+    """The output topic of a broker that does not name one."""
+    return f"filtered.{broker}"
+
+
+def load_brokers(path: str | Path) -> list[BrokerSpec]:
+    """Read a brokers file; a malformed entry is a one-line error with file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise SkyfilterError(f"brokers file not found: {path}")
+    try:
+        data = yaml.load(path.read_text(), Loader=_LineLoader) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise SkyfilterError(f"{path}:{mark.line + 1 if mark else 1}: invalid YAML: "
+                             f"{getattr(exc, 'problem', exc)}") from None
+    entries = data.get("brokers")
+    if not isinstance(entries, dict) or len(entries) <= 1:
+        raise SkyfilterError(f"{path}:1: expected a 'brokers:' mapping with at least one broker")
+    brokers, topics = [], {}
+    for name, entry in entries.items():
+        if name == "__line__":
+            continue
+        line = entry.get("__line__", 1) if isinstance(entry, dict) else entries["__line__"]
+        where = f"{path}:{line}: broker '{name}'"
+        if not isinstance(entry, dict):
+            raise SkyfilterError(f"{where}: expected a mapping with 'filters:'")
+        if not NAME_PATTERN.match(str(name)):
+            raise SkyfilterError(f"{where}: names are letters, digits, '.', '_' and '-'")
+        filters = entry.get("filters")
+        if isinstance(filters, str):
+            filters = [filters]
+        if not filters or not all(isinstance(f, str) for f in filters):
+            raise SkyfilterError(f"{where}: 'filters' must list at least one filter name")
+        unknown = set(entry) - {"filters", "topic", "format", "__line__"}
+        if unknown:
+            raise SkyfilterError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))}")
+        fmt = str(entry.get("format", "full"))
+        if fmt not in FORMATS:
+            raise SkyfilterError(f"{where}: format '{fmt}' is not one of {', '.join(FORMATS)}")
+        topic = str(entry.get("topic") or default_topic(str(name)))
+        if topic in topics:
+            raise SkyfilterError(f"{where}: topic '{topic}' is already used by broker '{topics[topic]}'")
+        topics[topic] = name
+        brokers.append(BrokerSpec(str(name), list(dict.fromkeys(filters)), topic, fmt, line))
+    return brokers

@@ -1,0 +1,144 @@
+"""The `skyfilter` command: local Kafka, producers, the demo.
+
+Every subcommand takes ``--config`` (default conf/local.yaml) and ``--set
+key=value`` overrides; errors print as one line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from skyfilter.config import Config, parse_overrides
+from skyfilter.errors import SkyfilterError
+
+DESCRIPTION = """skyfilter: the streaming filter stage of an astronomical alert stream.
+
+Producers publish Avro alerts to Kafka; the Spark job pipelines/filter_stream.py
+applies SQL and Python filters and fans matches out to per-broker topics,
+archiving every night to Delta tables."""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML config (default: conf/local.yaml or $SKYFILTER_CONFIG)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                        help="override a config key, e.g. --set kafka.heap=1g (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="skyfilter", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    kafka = commands.add_parser("kafka", help="start, stop or inspect the local Kafka (KRaft) cluster",
+                                description="Run Apache Kafka locally in KRaft mode from the Maven Central "
+                                            "jars; data and logs live under <state_dir>/kafka.")
+    kafka.add_argument("action", choices=["start", "stop", "status"])
+    kafka.add_argument("--nodes", type=int, help="number of KRaft nodes (default: kafka.nodes)")
+    kafka.add_argument("--port", type=int, help="client port of node 1 (default: kafka.base_port)")
+    kafka.add_argument("--state-dir", help="where Kafka data and logs live (default: state_dir)")
+    _common(kafka)
+
+    produce = commands.add_parser(
+        "produce", help="simulate visits of Rubin alerts, or replay Avro files, into Kafka",
+        description="Simulate a night of Rubin alerts (real FITS cutouts, histories) on a visit cadence, "
+                    "or replay real Avro container files byte for byte (--from).  Messages use the "
+                    "Confluent wire format with a schema id from the registry.")
+    produce.add_argument("--from", dest="from_paths", nargs="+", metavar="PATH",
+                         help="Avro container files or folders to replay instead of simulating")
+    produce.add_argument("--visits", type=int, help="visits to simulate (default: simulation.visits)")
+    produce.add_argument("--alerts-per-visit", type=int, help="alerts per visit (default: simulation.alerts_per_visit)")
+    produce.add_argument("--interval", type=float, dest="interval_s",
+                         help="seconds between visit starts (default: simulation.interval_s; 0 for --from)")
+    produce.add_argument("--producers", type=int, default=1, help="parallel producer processes (default 1)")
+    produce.add_argument("--stamps", action=argparse.BooleanOptionalAction, default=None,
+                         help="include the three FITS cutouts (default: simulation.stamps)")
+    produce.add_argument("--seed", type=int, default=0, help="random seed of the simulation (default 0)")
+    produce.add_argument("--night", help="night to simulate, YYYY-MM-DD (default: tonight)")
+    produce.add_argument("--schema-version", help="Rubin schema version, e.g. 10.0 (default: simulation.schema_version)")
+    produce.add_argument("--topic", help="Kafka topic (default: topics.alerts)")
+    produce.add_argument("--bootstrap", help="Kafka bootstrap servers (default: kafka.bootstrap_servers)")
+    produce.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _common(produce)
+
+    demo = commands.add_parser("demo", help="run a small simulated night end to end (what `make demo` does)",
+                               description="Start a fresh local Kafka under <state_dir>/demo, start the "
+                                           "stream job, produce a few visits of alerts with cutouts, wait "
+                                           "for the stream to drain, print a summary, stop everything.")
+    demo.add_argument("--visits", type=int, default=3)
+    demo.add_argument("--alerts-per-visit", type=int, default=500)
+    demo.add_argument("--interval", type=float, default=8.0, dest="interval_s",
+                      help="seconds between visits (default 8, faster than Rubin's 39 for a short demo)")
+    demo.add_argument("--trigger", default="0", help="stream trigger (default 0: as soon as possible)")
+    demo.add_argument("--keep", action="store_true", help="leave Kafka running afterwards")
+    _common(demo)
+    return parser
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """The config file named by --config, with --set overrides applied."""
+    return Config.load(args.config, parse_overrides(args.set))
+
+
+def cmd_kafka(args: argparse.Namespace) -> int:
+    from skyfilter.kafka_local import LocalKafka
+
+    cfg = load_config(args)
+    if args.port:
+        cfg.set("kafka.base_port", args.port)
+    if args.state_dir:
+        cfg.set("state_dir", args.state_dir)
+    cluster = LocalKafka(cfg, args.nodes)
+    if args.action == "start":
+        bootstrap = cluster.start()
+        print(f"Kafka running ({len(cluster.nodes)} KRaft node(s), logs in {cluster.home}): "
+              f"bootstrap servers {bootstrap}")
+    elif args.action == "stop":
+        stopped = cluster.stop()
+        print(f"stopped {len(stopped)} Kafka node(s)" + (f" (pids {', '.join(map(str, stopped))})" if stopped else ""))
+    else:
+        rows = cluster.status()
+        if not rows:
+            print(f"no local Kafka under {cluster.home}")
+        for row in rows:
+            state = f"running (pid {row['pid']})" if row["pid"] else "stopped"
+            print(f"node {row['node']}: {state}, port {row['port']}, log {row['log']}")
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from producers.command import ProduceOptions, produce
+
+    cfg = load_config(args)
+    options = ProduceOptions(
+        topic=args.topic, bootstrap=args.bootstrap, from_paths=args.from_paths, visits=args.visits,
+        alerts_per_visit=args.alerts_per_visit, interval_s=args.interval_s, processes=args.producers,
+        stamps=args.stamps, seed=args.seed, night=args.night, schema_version=args.schema_version,
+        progress=not args.no_progress)
+    report = produce(cfg, options)
+    print(report.summary())
+    return 1 if report.failures else 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from skyfilter.demo import run_demo
+
+    return run_demo(load_config(args), args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `skyfilter` console script."""
+    args = build_parser().parse_args(argv)
+    handler = {"kafka": cmd_kafka, "produce": cmd_produce, "demo": cmd_demo}[args.command]
+    try:
+        return handler(args)
+    except SkyfilterError as exc:
+        print(f"skyfilter {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"skyfilter {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""A local Apache Kafka cluster in KRaft mode, run from the Maven Central jars.
+
+Each node is one JVM (combined broker + controller) bound to 127.0.0.1, with its
+data, logs, generated ``server.properties`` and pid file under
+``<state_dir>/kafka/node-<id>/``.  ``stop`` only signals processes whose pid
+file it wrote and whose command line still names that node's properties file.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from skyfilter.config import Config
+from skyfilter.errors import SkyfilterError
+from skyfilter.versions import PROJECT_ROOT
+
+SERVER_TEMPLATE = PROJECT_ROOT / "conf" / "kafka" / "server.properties"
+LOG4J_CONFIG = PROJECT_ROOT / "conf" / "kafka" / "log4j2.properties"
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    """One KRaft node: its id, ports and folder."""
+
+    node_id: int
+    broker_port: int
+    controller_port: int
+    folder: Path
+
+    @property
+    def properties(self) -> Path:
+        return self.folder / "server.properties"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.folder / "kafka.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / "logs" / "server.log"
+
+    @property
+    def stdout_file(self) -> Path:
+        return self.folder / "logs" / "stdout.log"
+
+    def pid(self) -> int | None:
+        """The pid of this node's running JVM, or None (stale pid files are ignored)."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            return None
+        return pid if str(self.properties) in cmdline else None
+
+
+class LocalKafka:
+    """The local Kafka cluster described by a config (``kafka.*`` keys)."""
+
+    def __init__(self, cfg: Config, nodes: int | None = None):
+        self.cfg = cfg
+        self.home = cfg.state_dir / "kafka"
+        count = int(nodes or cfg.get("kafka.nodes"))
+        if count < 1:
+            raise SkyfilterError(f"--nodes must be at least 1, got {count}")
+        base = int(cfg.get("kafka.base_port"))
+        self.nodes = [
+            KafkaNode(i + 1, base + 2 * i, base + 2 * i + 1, self.home / f"node-{i + 1}")
+            for i in range(count)
+        ]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{n.broker_port}" for n in self.nodes)
+
+    # ----------------------------------------------------------------- start
+    def start(self) -> str:
+        """Start every node that is not running, wait until the cluster answers.
+
+        Returns the bootstrap servers.  Raises SkyfilterError with the log path
+        when Java or the jars are missing, a port is taken, or a node dies or
+        does not answer in time.
+        """
+        java = shutil.which("java")
+        if not java:
+            raise SkyfilterError("java not found on PATH: local Kafka needs a Java 17 runtime "
+                                 "(apt-get install openjdk-17-jre-headless)")
+        libs = self.cfg.path("kafka.libs_dir")
+        if not any(libs.glob("kafka_*.jar")):
+            raise SkyfilterError(f"Kafka jars not found in {libs}: run `make setup` first")
+        self._check_layout()
+        started = []
+        for node in self.nodes:
+            if node.pid():
+                continue
+            for port in (node.broker_port, node.controller_port):
+                if port_in_use(port):
+                    raise SkyfilterError(
+                        f"port {port} on 127.0.0.1 is already in use (another Kafka?): "
+                        f"stop it or pick other ports with --port")
+            self._prepare(node, java, libs)
+            started.append(self._launch(node, java, libs))
+        self._wait_ready(started)
+        return self.bootstrap_servers
+
+    def _check_layout(self) -> None:
+        layout_file = self.home / "cluster.json"
+        layout = {"nodes": len(self.nodes), "base_port": self.nodes[0].broker_port}
+        if layout_file.exists():
+            saved = json.loads(layout_file.read_text())
+            if (saved["nodes"], saved["base_port"]) != (layout["nodes"], layout["base_port"]):
+                raise SkyfilterError(
+                    f"{self.home} holds a {saved['nodes']}-node cluster on port {saved['base_port']}; "
+                    f"stop it and remove that folder to start a different one")
+            self.cluster_id = saved["cluster_id"]
+        else:
+            self.home.mkdir(parents=True, exist_ok=True)
+            self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            layout_file.write_text(json.dumps({**layout, "cluster_id": self.cluster_id}))
+
+    def _prepare(self, node: KafkaNode, java: str, libs: Path) -> None:
+        """Write the node's server.properties and format its storage once."""
+        replication = min(int(self.cfg.get("kafka.replication_factor")), len(self.nodes))
+        values = {
+            "node_id": node.node_id,
+            "quorum_voters": ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes),
+            "broker_port": node.broker_port,
+            "controller_port": node.controller_port,
+            "data_dir": node.folder / "data",
+            "default_partitions": 1,
+            "replication_factor": replication,
+            "min_insync_replicas": min(int(self.cfg.get("kafka.min_insync_replicas")), replication),
+            "max_message_bytes": int(self.cfg.get("kafka.max_message_bytes")),
+        }
+        (node.folder / "logs").mkdir(parents=True, exist_ok=True)
+        text = string.Template(SERVER_TEMPLATE.read_text()).substitute(values)
+        node.properties.write_text(text)
+        if not (node.folder / "data" / "meta.properties").exists():
+            result = subprocess.run(
+                [java, *self._jvm_flags(node, libs), "kafka.tools.StorageTool", "format",
+                 "-t", self.cluster_id, "-c", str(node.properties)],
+                capture_output=True, text=True)
+            if result.returncode != 0:
+                last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise SkyfilterError(f"formatting Kafka storage of node {node.node_id} failed: {last[0]}")
+
+    def _jvm_flags(self, node: KafkaNode, libs: Path) -> list[str]:
+        heap = str(self.cfg.get("kafka.heap"))
+        return [f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+                f"-Dkafka.logs.dir={node.folder / 'logs'}",
+                "-cp", f"{libs}/*"]
+
+    def _launch(self, node: KafkaNode, java: str, libs: Path) -> tuple[KafkaNode, subprocess.Popen]:
+        with open(node.stdout_file, "ab") as out:
+            proc = subprocess.Popen(
+                [java, *self._jvm_flags(node, libs), "kafka.Kafka", str(node.properties)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=node.folder)
+        node.pid_file.write_text(str(proc.pid))
+        return node, proc
+
+    def _wait_ready(self, started: list[tuple[KafkaNode, subprocess.Popen]]) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + float(self.cfg.get("kafka.start_timeout_s"))
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        while True:
+            for node, proc in started:
+                if proc.poll() is not None:
+                    node.pid_file.unlink(missing_ok=True)
+                    raise SkyfilterError(f"Kafka node {node.node_id} exited during start-up "
+                                         f"(code {proc.returncode}); see {node.log_file} and {node.stdout_file}")
+            try:
+                brokers = admin.list_topics(timeout=2).brokers
+                if len(brokers) == len(self.nodes):
+                    return
+            except Exception:  # noqa: BLE001 - not up yet, try again until the deadline
+                pass
+            if time.monotonic() > deadline:
+                log = started[0][0].log_file if started else self.nodes[0].log_file
+                raise SkyfilterError(f"Kafka did not answer at {self.bootstrap_servers} within "
+                                     f"{self.cfg.get('kafka.start_timeout_s')} s; see {log}")
+            time.sleep(0.5)
+
+    # ------------------------------------------------------------ stop/status
+    def stop(self, timeout: float = 30.0) -> list[int]:
+        """Stop the nodes this project started (SIGTERM, then SIGKILL). Returns the pids stopped."""
+        stopped = []
+        for node in self.nodes_on_disk():
+            pid = node.pid()
+            if pid is None:
+                node.pid_file.unlink(missing_ok=True)
+                continue
+            os.kill(pid, signal.SIGTERM)
+            if not wait_for_exit(pid, timeout):
+                os.kill(pid, signal.SIGKILL)
+                wait_for_exit(pid, 10)
+            node.pid_file.unlink(missing_ok=True)
+            stopped.append(pid)
+        return stopped
+
+    def nodes_on_disk(self) -> list[KafkaNode]:
+        """The configured nodes plus any other node folder found under the state dir."""
+        known = {n.folder: n for n in self.nodes}
+        for folder in sorted(self.home.glob("node-*")):
+            if folder not in known:
+                known[folder] = KafkaNode(int(folder.name.split("-")[1]), 0, 0, folder)
+        return list(known.values())
+
+    def status(self) -> list[dict]:
+        """One entry per node: id, port, running pid (or None), log file."""
+        return [{"node": n.node_id, "port": n.broker_port, "pid": n.pid(), "log": str(n.log_file)}
+                for n in self.nodes_on_disk()]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something already listens on host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def wait_for_exit(pid: int, timeout: float) -> bool:
+    """Wait until a process is gone (reaping it if it is our child)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            finished, _ = os.waitpid(pid, os.WNOHANG)
+            if finished == pid:
+                return True
+        except ChildProcessError:
+            pass
+        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
