@@ -12,4 +12,4 @@ def fast_riser(flux, mjd, history):
                   if 0 < now_mjd - s["midpointMjdTai"] < 5 and s["psfFlux"] and s["psfFlux"] > 0]
         return bool(recent) and now_flux > 2.5 * max(recent)
 
-    return np.array([rose(f, m, h) for f, m, h in zip(flux, mjd, history)], dtype=bool)
+    return np.array([rose(f, m, h) for f, m, h in zip(flux, mjd, history, strict=True)], dtype=bool)

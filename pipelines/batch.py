@@ -74,8 +74,9 @@ class BatchProcessor:
         evaluated.agg(F.count(F.lit(1))).collect()
         internal = [filter_column(s.name) for s in self.plan.filters] + [PYTHON_COLUMN, MATCHES]
         empty_alerts = evaluated.limit(0).drop(*internal, *ARCHIVE_DROP).withColumn("batch_id", F.lit(0).cast("long"))
+        empty_metrics = self.spark.createDataFrame([], METRICS_SCHEMA)
         for frame, path, partition in ((empty_alerts, self.plan.tables["alerts"], "night"),
-                                       (self.spark.createDataFrame([], METRICS_SCHEMA), self.plan.tables["metrics"], None)):
+                                       (empty_metrics, self.plan.tables["metrics"], None)):
             if not (path / "_delta_log").exists():
                 writer = frame.write.format("delta").mode("append")
                 (writer.partitionBy(partition) if partition else writer).save(str(path))
@@ -133,7 +134,8 @@ class BatchProcessor:
         plan = self.plan
         internal = [filter_column(s.name) for s in plan.filters] + [PYTHON_COLUMN, MATCHES]
         alerts = evaluated.where(F.col("reject_reason").isNull()).drop(*internal, *ARCHIVE_DROP)
-        append(alerts.withColumn("batch_id", F.lit(batch_id).cast("long")), plan.tables["alerts"], self.app_id, batch_id, "night")
+        alerts = alerts.withColumn("batch_id", F.lit(batch_id).cast("long"))
+        append(alerts, plan.tables["alerts"], self.app_id, batch_id, "night")
         if stats["matches"]:
             rows = matches.select("night", "visit_id", "alert_id", F.col("match.broker").alias("broker"),
                                   F.col("match.topic").alias("topic"), F.col("match.filters").alias("filters"),
@@ -177,7 +179,7 @@ def _is_broker(name: str):
 
 
 def _ts(seconds: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)
 
 
 def _sec(millis: float | None) -> str:

@@ -76,7 +76,7 @@ def _check_sql(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> FilterPr
 def _check_python(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> FilterProblem | None:
     for column in spec.columns:
         try:
-            frame.select(F.col(column)).schema
+            _ = frame.select(F.col(column)).schema
         except AnalysisException as exc:
             return FilterProblem(spec.path, spec.line, _explain(exc, paths, column))
     return None

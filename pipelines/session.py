@@ -73,7 +73,7 @@ def check() -> str:
         frame = spark.range(3).select(to_avro(F.struct(F.col("id").alias("x")), schema).alias("v"))
         frame.select(from_avro("v", schema).alias("r")).select("r.x").write.format("delta").save(folder)
         rows = spark.read.format("delta").load(folder).count()
-    spark.read.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:1").option("subscribe", "x").schema
+    _ = spark.read.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:1").option("subscribe", "x").schema
     return f"Spark {spark.version}: Delta, Avro and Kafka connectors load ({rows} rows round-tripped)"
 
 

@@ -33,7 +33,7 @@ class ProduceOptions:
 
 def current_night(offset_hours: float = 12.0) -> str:
     """Tonight's night label: the UTC date of (now - offset), Rubin's dayObs."""
-    return (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=offset_hours)).date().isoformat()
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(hours=offset_hours)).date().isoformat()
 
 
 def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:

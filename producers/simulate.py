@@ -96,7 +96,7 @@ class AlertSimulator:
         self.alert_template = blank(schema)
         self.source_template = blank(record_type(fields["diaSource"]))
         self.object_template = blank(record_type(fields["diaObject"])) if "diaObject" in fields else None
-        start = dt.datetime.combine(self.night, NIGHT_START_UTC, tzinfo=dt.timezone.utc)
+        start = dt.datetime.combine(self.night, NIGHT_START_UTC, tzinfo=dt.UTC)
         self.start_mjd = start.timestamp() / 86400.0 + MJD_UNIX_EPOCH
 
     def visit(self, index: int) -> Visit:

@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="include the three FITS cutouts (default: simulation.stamps)")
     produce.add_argument("--seed", type=int, default=0, help="random seed of the simulation (default 0)")
     produce.add_argument("--night", help="night to simulate, YYYY-MM-DD (default: tonight)")
-    produce.add_argument("--schema-version", help="Rubin schema version, e.g. 10.0 (default: simulation.schema_version)")
+    produce.add_argument("--schema-version",
+                         help="Rubin schema version, e.g. 10.0 (default: simulation.schema_version)")
     produce.add_argument("--topic", help="Kafka topic (default: topics.alerts)")
     produce.add_argument("--bootstrap", help="Kafka bootstrap servers (default: kafka.bootstrap_servers)")
     produce.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -100,7 +100,7 @@ def sim(kafka_cfg, spark, tmp_path_factory):
     records = decode_messages(good, rubin_schema("10.0"))
     return {
         "cfg": kafka_cfg, "report": report, "totals": totals, "lines": lines, "inputs": inputs,
-        "by_id": {str(r["diaSourceId"]): m for r, m in zip(records, good)},
+        "by_id": {str(r["diaSourceId"]): m for r, m in zip(records, good, strict=True)},
         "records": {str(r["diaSourceId"]): r for r in records},
         "tables": kafka_cfg.delta_dir / TOPIC,
     }

@@ -1,0 +1,78 @@
+"""`skyfilter kafka start/stop/status`: a real broker comes up, answers, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import free_port_pair
+
+CLI = [sys.executable, "-m", "skyfilter.cli"]
+
+
+def skyfilter(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=180, env=env)
+
+
+def kafka_pids(properties_folder: Path) -> list[int]:
+    """Pids of JVMs whose command line names a properties file under the folder."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "kafka.Kafka" in cmdline and str(properties_folder) in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_start_status_stop_leaves_no_process(tmp_path):
+    port = str(free_port_pair(39300))
+    where = ["--state-dir", str(tmp_path), "--port", port]
+    started = skyfilter("kafka", "start", *where)
+    assert started.returncode == 0, started.stderr
+    assert f"bootstrap servers 127.0.0.1:{port}" in started.stdout
+    assert len(kafka_pids(tmp_path)) == 1
+    with socket.create_connection(("127.0.0.1", int(port)), timeout=5):
+        pass
+    status = skyfilter("kafka", "status", *where)
+    assert "node 1: running (pid" in status.stdout
+    again = skyfilter("kafka", "start", *where)  # idempotent: already running
+    assert again.returncode == 0 and len(kafka_pids(tmp_path)) == 1
+    stopped = skyfilter("kafka", "stop", *where)
+    assert stopped.returncode == 0 and "stopped 1 Kafka node(s)" in stopped.stdout
+    assert kafka_pids(tmp_path) == []
+    assert "stopped" in skyfilter("kafka", "status", *where).stdout
+
+
+def test_port_taken_is_one_clear_line(tmp_path):
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        result = skyfilter("kafka", "start", "--state-dir", str(tmp_path), "--port", str(port))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert kafka_pids(tmp_path) == []
+
+
+def test_missing_java_is_one_clear_line(tmp_path):
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    result = skyfilter("kafka", "start", "--state-dir", str(tmp_path), env=env)
+    assert result.returncode == 2
+    assert "java not found on PATH" in result.stderr and result.stderr.strip().count("\n") == 0
+
+
+def test_unreachable_kafka_is_one_clear_line(tmp_path):
+    port = free_port_pair(39500)
+    result = skyfilter("produce", "--bootstrap", f"127.0.0.1:{port}", "--visits", "1", "--alerts-per-visit", "1",
+                       "--set", "state_dir=" + str(tmp_path))
+    assert result.returncode == 2
+    assert f"cannot reach Kafka at 127.0.0.1:{port}" in result.stderr
+    assert result.stderr.strip().count("\n") == 0

@@ -1,0 +1,58 @@
+"""Stream behaviour beyond the happy path: the schema registry topic, failing filters, restarts."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import stream_args, write_files
+from pipelines.filter_stream import run
+from producers.command import ProduceOptions, produce
+from skyfilter.avro_schemas import rubin_schema
+from skyfilter.delivery import read_topic
+from skyfilter.errors import SkyfilterError
+from skyfilter.registry import KafkaTopicRegistry, subject_for
+
+RAISES_PY = '''
+from skyfilter import alert_filter
+
+
+@alert_filter(columns=["diaSource.snr"])
+def raises(snr):
+    raise ValueError("this filter is broken at run time")
+'''
+
+
+def test_kafka_topic_registry_ids_are_stable_and_one_schema_per_topic(kafka_cfg):
+    registry = KafkaTopicRegistry(kafka_cfg, kafka_cfg.bootstrap_servers)
+    v10, v9 = rubin_schema("10.0"), rubin_schema("9.0")
+    first = registry.register(subject_for("reg.test"), v10, exclusive=True)
+    again = KafkaTopicRegistry(kafka_cfg, kafka_cfg.bootstrap_servers)  # another "machine"
+    assert again.register(subject_for("reg.test"), v10, exclusive=True) == first
+    assert again.latest(subject_for("reg.test"))[0] == first
+    with pytest.raises(SkyfilterError, match="topic 'reg.test' already carries schema id"):
+        again.register(subject_for("reg.test"), v9, exclusive=True)
+
+
+def test_failing_python_filter_does_not_stop_the_others_and_restart_resumes(kafka_cfg, spark, tmp_path):
+    topic = "behaviour.alerts"
+    write_files(tmp_path / "filters", {"raises.py": RAISES_PY, "everything.sql": "diaSource.snr > 0"})
+    (tmp_path / "brokers.yaml").write_text(
+        "brokers:\n  beh_all:\n    filters: [raises, everything]\n")
+    options = dict(topic=topic, visits=1, alerts_per_visit=30, interval_s=0.0, stamps=False, progress=False)
+    produce(kafka_cfg, ProduceOptions(night="2026-11-18", **options), log=lambda line: None)
+    lines: list[str] = []
+    args = stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml")
+    first = run(args, spark, lines.append)
+    assert first.input_alerts == 30 and first.matches_by_filter["everything"] == 30
+    assert first.matches_by_filter["raises"] == 0
+    assert any("Python filter 'raises' failed" in line and "this filter is broken at run time" in line
+               for line in lines)
+    delivered = read_topic(kafka_cfg.bootstrap_servers, "filtered.beh_all")
+    assert len(delivered) == 30 and {m.headers["filters"] for m in delivered} == {"everything"}
+
+    produce(kafka_cfg, ProduceOptions(night="2026-11-19", **options), log=lambda line: None)
+    second = run(args, spark, lambda line: None)
+    assert second.input_alerts == 30, "a restart resumes from the checkpoint, not from the beginning"
+    archived = spark.read.format("delta").load(str(kafka_cfg.delta_dir / topic / "alerts"))
+    assert archived.count() == 60 == archived.select("alert_id").distinct().count()
+    assert {r.night for r in archived.select("night").distinct().collect()} == {"2026-11-18", "2026-11-19"}

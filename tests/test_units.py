@@ -1,0 +1,208 @@
+"""Unit tests of pure functions: wire format, config, filter loading, brokers, schemas, cutouts, simulator."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import fastavro
+import numpy as np
+import pandas as pd
+import pytest
+from astropy.io import fits
+
+from conftest import DATA, ROOT, write_files
+from pipelines.filter_eval import as_verdict
+from producers.simulate import AlertSimulator
+from skyfilter.alert_columns import detect
+from skyfilter.avro_schemas import cutout_fields, fingerprint, read_container, rubin_schema, without_fields
+from skyfilter.brokers import load_brokers
+from skyfilter.config import Config, parse_overrides
+from skyfilter.errors import SkyfilterError
+from skyfilter.filter_loader import load_filters
+from skyfilter.registry import ConfluentRegistry
+from skyfilter.wire import WireFormatError, frame, unframe
+
+
+def test_wire_format_round_trip_and_errors():
+    message = frame(742901398, b"avro")
+    assert message[:1] == b"\x00" and len(message) == 9
+    assert unframe(message) == (742901398, b"avro")
+    with pytest.raises(WireFormatError, match="magic byte is 1"):
+        unframe(b"\x01\x00\x00\x00\x01x")
+    with pytest.raises(WireFormatError, match="shorter"):
+        unframe(b"\x00\x00")
+
+
+def test_config_missing_key_names_key_and_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("kafka:\n  heap: 1g\n")
+    cfg = Config.load(path, parse_overrides(["kafka.nodes=3"]))
+    assert cfg.get("kafka.nodes") == 3 and cfg.get("kafka.heap") == "1g"
+    with pytest.raises(SkyfilterError, match=r"c.yaml: missing config key 'kafka.bootstrap_servers'"):
+        cfg.get("kafka.bootstrap_servers")
+    path.write_text("kafka: [unclosed\n")
+    with pytest.raises(SkyfilterError, match=r"c.yaml:\d+: invalid YAML"):
+        Config.load(path)
+
+
+def test_shipped_config_has_every_key_the_tools_read():
+    cfg = Config.load(ROOT / "conf" / "local.yaml")
+    for key in ("state_dir", "kafka.bootstrap_servers", "kafka.libs_dir", "topics.alerts", "topics.alerts_partitions",
+                "schema_registry.topic", "stream.trigger", "stream.night_offset_hours", "simulation.interval_s"):
+        cfg.get(key)
+    assert cfg.get("topics.alerts_partitions") == 8
+    assert cfg.get("kafka.max_message_bytes") >= 10_000_000
+
+
+def test_filter_loader_reports_file_line_and_reason(tmp_path):
+    folder = write_files(tmp_path, {
+        "good.sql": "-- comment\ndiaSource.snr > 5",
+        "empty.sql": "-- only a comment\n",
+        "two.sql": "a > 1;\nb > 2",
+        "syntax.py": "from skyfilter import alert_filter\n\n@alert_filter(columns=['a'])\ndef f(a)\n    return a\n",
+        "crash.py": "x = 1\nraise RuntimeError('boom')\n",
+        "none.py": "def f(a):\n    return a\n",
+        "good.py.bak": "ignored",
+    })
+    specs, problems = load_filters(folder)
+    assert [s.name for s in specs] == ["good"]
+    found = {p.path.name: (p.line, p.reason) for p in problems}
+    assert found["empty.sql"][1].startswith("empty filter")
+    assert found["two.sql"] == (1, "a filter is one condition, not several statements")
+    assert found["syntax.py"][0] == 4 and "syntax error" in found["syntax.py"][1]
+    assert found["crash.py"] == (2, "import failed: RuntimeError: boom")
+    assert "no function decorated" in found["none.py"][1]
+
+
+def test_repository_filters_load():
+    specs, problems = load_filters(ROOT / "filters")
+    assert not problems
+    assert {s.kind for s in specs} == {"sql", "python"}
+
+
+def test_brokers_file_defaults_and_errors(tmp_path):
+    path = tmp_path / "brokers.yaml"
+    path.write_text("brokers:\n  a:\n    filters: [x]\n  b:\n    filters: y\n    format: nocutouts\n    topic: out.b\n")
+    a, b = load_brokers(path)
+    assert (a.topic, a.format, b.topic, b.format, b.filters) == ("filtered.a", "full", "out.b", "nocutouts", ["y"])
+    path.write_text("brokers:\n  a:\n    filters: [x]\n    format: lite\n")
+    with pytest.raises(SkyfilterError, match=r"brokers.yaml:3: broker 'a': format 'lite' is not one of"):
+        load_brokers(path)
+    assert {b.name for b in load_brokers(ROOT / "conf" / "brokers.yaml")} == {"transients", "galactic", "red_reliable"}
+
+
+def test_filter_verdicts_must_be_booleans_of_the_right_length():
+    assert as_verdict(pd.Series([True, False]), 2).tolist() == [True, False]
+    assert as_verdict(np.array([True, False]), 2).tolist() == [True, False]
+    assert as_verdict(pd.Series([True, None], dtype=object), 2).isna().tolist() == [False, True]
+    with pytest.raises(TypeError, match="returned 1 values for 2 alerts"):
+        as_verdict(pd.Series([True]), 2)
+    with pytest.raises(TypeError, match="returned float64 values, expected booleans"):
+        as_verdict(pd.Series([0.5, 1.0]), 2)
+    with pytest.raises(TypeError, match="expected a boolean Series"):
+        as_verdict(True, 2)
+
+
+def test_schema_families_and_nocutouts():
+    rubin = rubin_schema("10.0")
+    assert detect(rubin).family == "rubin" and detect(rubin).alert_id == "diaSourceId"
+    assert cutout_fields(rubin) == ["cutoutDifference", "cutoutScience", "cutoutTemplate"]
+    reduced = without_fields(rubin, cutout_fields(rubin))
+    assert not cutout_fields(reduced) and fingerprint(reduced) != fingerprint(rubin)
+    ztf_schema, _ = read_container(next((DATA / "ztf-3.3").glob("*.avro")))
+    assert detect(ztf_schema).family == "ztf"
+    with pytest.raises(SkyfilterError, match="not a known alert family"):
+        detect({"type": "record", "name": "x", "fields": [{"name": "a", "type": "int"}]})
+
+
+def test_container_records_keep_their_exact_bytes():
+    schema, records = read_container(DATA / "lsst-v10" / "fink-lsst-v10-7alerts.avro")
+    records = list(records)
+    with open(DATA / "lsst-v10" / "fink-lsst-v10-7alerts.avro", "rb") as handle:
+        expected = list(fastavro.reader(handle))
+    assert len(records) == 7
+    parsed = fastavro.parse_schema(schema)
+    for item, record in zip(records, expected, strict=True):  # records hold NaNs: compare encodings, not dicts
+        assert item.record["diaSourceId"] == record["diaSourceId"]
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, record)
+        assert out.getvalue() == item.body
+
+
+def test_simulated_alerts_are_valid_realistic_and_deterministic():
+    schema = rubin_schema("10.0")
+    simulator = AlertSimulator(schema, "2026-11-20", seed=3)
+    visit = simulator.visit(0)
+    alerts = [simulator.alert(visit, i) for i in range(200)]
+    parsed = fastavro.parse_schema(schema)
+    for alert in alerts[:20]:
+        fastavro.schemaless_writer(io.BytesIO(), parsed, alert)  # raises if invalid
+    snr = np.array([a["diaSource"]["snr"] for a in alerts])
+    reliability = np.array([a["diaSource"]["reliability"] for a in alerts])
+    assert 0.05 < (snr > 50).mean() < 0.4 and np.median(snr) < 30
+    assert 0.2 < (reliability > 0.8).mean() < 0.6
+    assert {a["diaSource"]["visit"] for a in alerts} == {visit.visit_id}
+    assert len({a["diaSourceId"] for a in alerts}) == 200
+    assert AlertSimulator(schema, "2026-11-20", seed=3).alert(visit, 5) == alerts[5]
+    with fits.open(io.BytesIO(alerts[0]["cutoutScience"])) as hdus:
+        assert hdus[0].data.shape == (100, 100)
+        assert hdus[0].header["CTYPE1"] == "RA---TAN"
+        assert abs(hdus[0].header["CRVAL1"] - alerts[0]["diaSource"]["ra"]) < 1e-6
+
+
+class _FakeConfluent(BaseHTTPRequestHandler):
+    """The three endpoints of the Confluent Schema Registry REST API the client uses."""
+
+    schemas: dict[int, str] = {}
+    subjects: dict[str, int] = {}
+
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):  # noqa: N802 - http.server naming
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        subject = self.path.split("/")[2]
+        schema_id = next((i for i, s in self.schemas.items() if s == body["schema"]), len(self.schemas) + 1)
+        self.schemas[schema_id] = body["schema"]
+        self.subjects[subject] = schema_id
+        self._send(200, {"id": schema_id})
+
+    def do_GET(self):  # noqa: N802
+        parts = self.path.strip("/").split("/")
+        if parts[0] == "schemas" and int(parts[2]) in self.schemas:
+            return self._send(200, {"schema": self.schemas[int(parts[2])]})
+        if parts[0] == "subjects" and parts[1] in self.subjects:
+            schema_id = self.subjects[parts[1]]
+            return self._send(200, {"id": schema_id, "version": 1, "schema": self.schemas[schema_id]})
+        self._send(404, {"error_code": 40401, "message": "not found"})
+
+    def log_message(self, *args):
+        pass
+
+
+def test_confluent_registry_client_speaks_the_rest_api():
+    server = HTTPServer(("127.0.0.1", 0), _FakeConfluent)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        registry = ConfluentRegistry(f"http://127.0.0.1:{server.server_port}")
+        assert registry.latest("alerts-value") is None
+        schema = {"type": "record", "name": "a", "fields": [{"name": "x", "type": "long"}]}
+        schema_id = registry.register("alerts-value", schema, exclusive=True)
+        assert registry.register("alerts-value", schema, exclusive=True) == schema_id
+        assert json.loads(registry.schema(schema_id)) == schema
+        other = {"type": "record", "name": "b", "fields": [{"name": "y", "type": "int"}]}
+        with pytest.raises(SkyfilterError, match="one input topic carries one schema"):
+            registry.register("alerts-value", other, exclusive=True)
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(SkyfilterError, match="cannot reach schema registry"):
+        ConfluentRegistry(f"http://127.0.0.1:{server.server_port}").latest("x")
