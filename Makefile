@@ -21,7 +21,7 @@ help:
 	@echo "make lint   ruff check"
 	@echo "make clean  stop local Kafka and remove .local/ (the venv stays)"
 
-setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/spark-defaults.conf $(LOCAL)/ivy/.resolved
+setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/.installed
 
 # Python: a virtualenv with the project installed (editable) at pinned versions.
 $(VENV)/.installed: setup.py conf/versions.env
@@ -40,15 +40,13 @@ $(LOCAL)/kafka/libs/.resolved: conf/kafka/pom.xml conf/versions.env
 	    -DincludeScope=runtime -DoutputDirectory=$(LOCAL)/kafka/libs
 	touch $@
 
-# Spark defaults: the static file plus the lines that need absolute paths;
-# pyspark's own conf folder points there, so spark-submit and python agree.
-$(LOCAL)/spark-conf/spark-defaults.conf: conf/spark-defaults.conf conf/spark-log4j2.properties conf/versions.env $(VENV)/.installed
-	$(PY) -m pipelines.session --write-defaults $(LOCAL)/spark-conf
+# Spark: pyspark's own conf folder points to .local/spark-conf, which holds
+# conf/spark-defaults.conf plus the connector jars (Kafka, Avro, Delta) that
+# Spark's Ivy resolves once into .local/ivy; spark-submit and python agree.
+$(LOCAL)/spark-conf/.installed: conf/spark-defaults.conf conf/spark-log4j2.properties conf/versions.env $(VENV)/.installed
+	mkdir -p $(LOCAL)/spark-conf
 	rm -rf $(SPARK_HOME)/conf && ln -s $(LOCAL)/spark-conf $(SPARK_HOME)/conf
-
-# Spark packages (Kafka source/sink, Avro, Delta) resolved once into .local/ivy.
-$(LOCAL)/ivy/.resolved: $(LOCAL)/spark-conf/spark-defaults.conf
-	$(PY) -m pipelines.session --check
+	$(PY) -m pipelines.session --install $(LOCAL)/spark-conf
 	touch $@
 
 demo: setup

@@ -6,8 +6,10 @@ them, plus the lines that need absolute paths and pinned versions, to
 ``spark-submit pipelines/filter_stream.py`` and ``python
 pipelines/filter_stream.py`` run with the same packages and settings.
 
-Run ``python -m pipelines.session --check`` to resolve the packages and
-prove Kafka, Avro and Delta load.
+``python -m pipelines.session --install DIR`` resolves the connector
+packages once with Spark's own Ivy (into ``.local/ivy``) and then pins the
+resolved jars with ``spark.jars``, so jobs start without resolving anything;
+``--check`` proves Kafka, Avro and Delta load.
 """
 
 from __future__ import annotations
@@ -22,19 +24,43 @@ from skyfilter.versions import PROJECT_ROOT, spark_packages
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 
 
-def write_spark_defaults(target: Path, python: str = sys.executable) -> Path:
-    """Write spark-defaults.conf and log4j2.properties for this checkout into ``target``."""
+IVY_DIR = PROJECT_ROOT / ".local" / "ivy"
+
+
+def write_spark_defaults(target: Path, jars: list[Path] | None = None, python: str = sys.executable) -> Path:
+    """Write spark-defaults.conf and log4j2.properties for this checkout into ``target``.
+
+    Without ``jars`` the packages are resolved by Spark's Ivy at start-up;
+    with them (the jars Ivy resolved once), jobs start without resolving.
+    """
     target.mkdir(parents=True, exist_ok=True)
-    ivy = PROJECT_ROOT / ".local" / "ivy"
+    if jars:
+        packages = [f"spark.jars                                     {','.join(map(str, jars))}"]
+    else:
+        packages = [f"spark.jars.packages                            {','.join(spark_packages())}",
+                    f"spark.jars.ivy                                 {IVY_DIR}"]
     lines = [(PROJECT_ROOT / "conf" / "spark-defaults.conf").read_text().rstrip(), "",
-             "# Added by `make setup` (pipelines/session.py): pinned packages and absolute paths.",
-             f"spark.jars.packages                            {','.join(spark_packages())}",
-             f"spark.jars.ivy                                 {ivy}",
+             "# Added by `make setup` (pipelines/session.py): pinned connector jars and absolute paths.",
+             *packages,
              f"spark.pyspark.python                           {python}",
              f"spark.pyspark.driver.python                    {python}", ""]
     (target / "spark-defaults.conf").write_text("\n".join(lines))
     (target / "log4j2.properties").write_text((PROJECT_ROOT / "conf" / "spark-log4j2.properties").read_text())
     return target / "spark-defaults.conf"
+
+
+def install(target: Path) -> str:
+    """Resolve the connector packages once with Spark's Ivy, then pin the resolved jars."""
+    import subprocess
+
+    write_spark_defaults(target)
+    resolve = subprocess.run([sys.executable, "-m", "pipelines.session", "--check"], capture_output=True, text=True)
+    if resolve.returncode != 0:
+        tail = (resolve.stderr or resolve.stdout).strip().splitlines()[-3:]
+        raise SkyfilterError("resolving the Spark packages failed: " + " | ".join(tail))
+    jars = sorted((IVY_DIR / "jars").glob("*.jar"))
+    write_spark_defaults(target, jars)
+    return f"{len(jars)} connector jars pinned in {target / 'spark-defaults.conf'}; " + check()
 
 
 def get_spark(app_name: str = "skyfilter", master: str | None = None, conf: dict | None = None):
@@ -79,12 +105,13 @@ def check() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Install Spark defaults or check the Spark set-up.")
-    parser.add_argument("--write-defaults", metavar="DIR", help="write spark-defaults.conf into DIR")
+    parser.add_argument("--install", metavar="DIR",
+                        help="resolve the connector packages and write spark-defaults.conf into DIR")
     parser.add_argument("--check", action="store_true", help="start Spark and prove the connectors load")
     args = parser.parse_args(argv)
     try:
-        if args.write_defaults:
-            print(f"wrote {write_spark_defaults(Path(args.write_defaults))}")
+        if args.install:
+            print(install(Path(args.install)))
         if args.check:
             print(check())
     except SkyfilterError as exc:

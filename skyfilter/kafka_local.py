@@ -151,7 +151,7 @@ class LocalKafka:
         if not (node.folder / "data" / "meta.properties").exists():
             result = subprocess.run(
                 [java, *self._jvm_flags(node, libs), "kafka.tools.StorageTool", "format",
-                 "-t", self.cluster_id, "-c", str(node.properties)],
+                 f"--cluster-id={self.cluster_id}", "--config", str(node.properties)],
                 capture_output=True, text=True)
             if result.returncode != 0:
                 last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
