@@ -1,22 +1,14 @@
 """skyfilter: streaming filters for astronomical alert streams (Kafka + Spark + Delta)."""
 
+import sys
 from pathlib import Path
 
 from setuptools import setup
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from skyfilter.versions import versions  # noqa: E402 - the pins live in conf/versions.env
 
-def pinned_versions() -> dict:
-    """Engine versions, pinned once in conf/versions.env."""
-    versions = {}
-    for line in (Path(__file__).parent / "conf" / "versions.env").read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            versions[key.strip()] = value.strip()
-    return versions
-
-
-VERSIONS = pinned_versions()
+VERSIONS = versions()
 
 setup(
     name="skyfilter",

@@ -1,0 +1,25 @@
+"""`skyfilter produce` against a real broker: parallel processes, visit cadence, DMTN-028 figures."""
+
+from __future__ import annotations
+
+from producers.command import ProduceOptions, produce
+from skyfilter.delivery import read_topic
+from skyfilter.topics import topic_partitions
+from skyfilter.wire import unframe
+
+
+def test_parallel_producers_keep_the_visit_cadence_and_lose_nothing(kafka_cfg):
+    lines: list[str] = []
+    report = produce(kafka_cfg, ProduceOptions(topic="prod.alerts", visits=3, alerts_per_visit=40, interval_s=2.0,
+                                               processes=2, stamps=False, night="2026-11-17", progress=False),
+                     log=lines.append)
+    assert report.alerts == 120 and report.failures == 0 and report.processes == 2
+    starts = [visit.start for visit in report.visits]
+    for earlier, later in zip(starts, starts[1:], strict=False):
+        assert abs((later - earlier) - 2.0) < 0.5, "visits start on the 2 s cadence"
+    assert all(0 < visit.seconds < 2.0 for visit in report.visits)
+    assert len(lines) == 3 and all("serialize+send" in line and "start" in line for line in lines)
+    messages = read_topic(kafka_cfg.bootstrap_servers, "prod.alerts")
+    assert len(messages) == 120 and len({m.key for m in messages}) == 120
+    assert {unframe(m.value)[0] for m in messages} == {report.schema_id}
+    assert topic_partitions(kafka_cfg.bootstrap_servers, "prod.alerts") == kafka_cfg.get("topics.alerts_partitions")
