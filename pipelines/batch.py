@@ -25,12 +25,11 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.archive import record_schema, split_archive
 from pipelines.fanout import MATCHES, add_matches, kafka_messages, match_rows
 from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, add_filter_columns, filter_column
 from pipelines.stream_plan import StreamPlan
 from pipelines.tables import METRICS_SCHEMA, append
-
-ARCHIVE_DROP = ("kafka_value", "reject_reason")
 
 
 @dataclass
@@ -72,10 +71,11 @@ class BatchProcessor:
         evaluated = add_matches(add_filter_columns(decoded, self.plan.filters, F.col("reject_reason").isNull()),
                                 self.plan.brokers)
         evaluated.agg(F.count(F.lit(1))).collect()
-        internal = [filter_column(s.name) for s in self.plan.filters] + [PYTHON_COLUMN, MATCHES]
-        empty_alerts = evaluated.limit(0).drop(*internal, *ARCHIVE_DROP).withColumn("batch_id", F.lit(0).cast("long"))
+        empty_alerts, empty_cutouts = self._archive_frames(evaluated.limit(0), 0)
         empty_metrics = self.spark.createDataFrame([], METRICS_SCHEMA)
+        record_schema(self.spark, self.plan.tables["schemas"], self.plan.schema_id, self.plan.schema_json)
         for frame, path, partition in ((empty_alerts, self.plan.tables["alerts"], "night"),
+                                       (empty_cutouts, self.plan.tables["cutouts"], "night"),
                                        (empty_metrics, self.plan.tables["metrics"], None)):
             if not (path / "_delta_log").exists():
                 writer = frame.write.format("delta").mode("append")
@@ -130,12 +130,18 @@ class BatchProcessor:
             "errors": {k[2:]: v for k, v in row.items() if k.startswith("e:") and v},
         }
 
+    def _archive_frames(self, evaluated: DataFrame, batch_id: int) -> tuple[DataFrame, DataFrame]:
+        """The alerts and cutouts rows of a batch's accepted messages."""
+        internal = [filter_column(s.name) for s in self.plan.filters] + [PYTHON_COLUMN, MATCHES, "reject_reason"]
+        accepted = evaluated.where(F.col("reject_reason").isNull()).drop(*internal)
+        alerts, cutouts = split_archive(accepted, self.plan.cutouts)
+        return alerts.withColumn("batch_id", F.lit(batch_id).cast("long")), cutouts
+
     def _archive(self, evaluated: DataFrame, matches: DataFrame, batch_id: int, stats: dict) -> None:
         plan = self.plan
-        internal = [filter_column(s.name) for s in plan.filters] + [PYTHON_COLUMN, MATCHES]
-        alerts = evaluated.where(F.col("reject_reason").isNull()).drop(*internal, *ARCHIVE_DROP)
-        alerts = alerts.withColumn("batch_id", F.lit(batch_id).cast("long"))
+        alerts, cutouts = self._archive_frames(evaluated, batch_id)
         append(alerts, plan.tables["alerts"], self.app_id, batch_id, "night")
+        append(cutouts, plan.tables["cutouts"], self.app_id, batch_id, "night")
         if stats["matches"]:
             rows = matches.select("night", "visit_id", "alert_id", F.col("match.broker").alias("broker"),
                                   F.col("match.topic").alias("topic"), F.col("match.filters").alias("filters"),

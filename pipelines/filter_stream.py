@@ -22,9 +22,10 @@ if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipelines.batch import BatchProcessor, StreamTotals  # noqa: E402
+from pipelines.job_config import add_common_arguments, config_from_args  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.stream_plan import StreamPlan, build_plan, wait_for_schema  # noqa: E402
-from skyfilter.config import Config, parse_overrides  # noqa: E402
+from skyfilter.config import Config  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
 from skyfilter.topics import check_reachable  # noqa: E402
 
@@ -35,13 +36,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Read alerts from Kafka, apply every SQL and Python filter in one pass, write each match "
                     "to its broker's topic (header 'filters' lists the filters it matched), and archive every "
                     "alert, match and per-batch metric to Delta tables partitioned by night.")
-    parser.add_argument("--config", help="YAML config (default: conf/local.yaml or $SKYFILTER_CONFIG)")
     parser.add_argument("--topic", help="input topic (default: topics.alerts)")
     parser.add_argument("--name", help="name of this stream's checkpoint and Delta tables (default: the topic)")
     parser.add_argument("--filters-dir", help="folder of *.sql and *.py filters (default: stream.filters_dir)")
     parser.add_argument("--brokers", help="brokers file (default: stream.brokers)")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: kafka.bootstrap_servers)")
-    parser.add_argument("--state-dir", help="where checkpoints and Delta tables live (default: state_dir)")
     when = parser.add_mutually_exclusive_group()
     when.add_argument("--trigger", help="processing-time trigger, e.g. 5s, 500ms, 0 = as soon as possible "
                                         "(default: stream.trigger)")
@@ -52,21 +50,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wait-for-schema", type=float, default=None, metavar="SECONDS",
                         help="how long to wait for a producer to register the topic's schema "
                              "(default: forever, or 0 with --available-now)")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
-                        help="override a config key (repeatable)")
+    add_common_arguments(parser)
     return parser.parse_args(argv)
 
 
 def load_config(args: argparse.Namespace) -> Config:
     """The config with the command-line flags applied on top."""
-    cfg = Config.load(args.config, parse_overrides(args.set))
-    flags = {"stream.filters_dir": args.filters_dir, "stream.brokers": args.brokers,
-             "kafka.bootstrap_servers": args.bootstrap, "state_dir": args.state_dir, "stream.trigger": args.trigger,
-             "topics.alerts": args.topic}
-    for key, value in flags.items():
-        if value is not None:
-            cfg.set(key, value)
-    return cfg
+    return config_from_args(args, {"stream.filters_dir": args.filters_dir, "stream.brokers": args.brokers,
+                                   "stream.trigger": args.trigger, "topics.alerts": args.topic})
 
 
 def trigger_options(cfg: Config, available_now: bool) -> tuple[dict, str]:

@@ -48,6 +48,7 @@ class StreamPlan:
     filters: list[FilterSpec]
     brokers: list[BrokerSpec]
     nocutouts: NoCutouts | None
+    cutouts: list[str]
     tables: dict[str, Path]
     checkpoint: Path
     night_offset_hours: float
@@ -77,21 +78,13 @@ def wait_for_schema(cfg: Config, bootstrap: str, topic: str, wait_s: float, log=
         time.sleep(2.0)
 
 
-def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path, brokers_file: Path,
-               schema: tuple[int, str]) -> StreamPlan:
-    """Validate filters and brokers against the topic's schema; create output topics."""
-    bootstrap = cfg.bootstrap_servers
-    schema_id, text = schema
-    definition = json.loads(text)
-    clash = sorted(set(reserved_columns()) & {f["name"] for f in definition["fields"]})
-    if clash:
-        raise SkyfilterError(f"schema '{definition.get('name')}' of topic '{topic}' has field(s) "
-                             f"{', '.join(clash)}, names the stream reserves for its own columns")
-    columns = detect(definition, cfg)
-    empty = spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
-    offset = float(cfg.get("stream.night_offset_hours"))
-    template = decode(empty, text, schema_id, columns, offset)
+def resolve_filters(template: DataFrame, filters_dir: Path, brokers_file: Path
+                    ) -> tuple[list[FilterSpec], list[BrokerSpec], list[str]]:
+    """Load and check the filters against a frame's columns; attach each broker's working filters.
 
+    Returns the filters to evaluate (those some broker uses), the brokers, and
+    one line per problem.
+    """
     specs, load_problems = load_filters(filters_dir)
     brokers = load_brokers(brokers_file)
     wanted = {name for broker in brokers for name in broker.filters}
@@ -108,19 +101,46 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
         if not broker.enabled_filters:
             problems.append(f"{brokers_file}:{broker.line}: broker '{broker.name}' has no working filter; "
                             f"it receives nothing until one is fixed")
+    return enabled, brokers, [str(p) for p in problems]
 
+
+def configured_cutouts(cfg: Config, definition: dict) -> list[str]:
+    """The cutout fields of a schema: from ``stream.cutout_fields``, or detected."""
+    cutouts = cfg.get("stream.cutout_fields", "auto")
+    return cutout_fields(definition) if cutouts in (None, "auto") else list(cutouts)
+
+
+def prepare_outputs(cfg: Config, definition: dict, cutouts: list[str], brokers: list[BrokerSpec]) -> NoCutouts | None:
+    """Create the broker topics; register the reduced schema of ``nocutouts`` brokers."""
     nocutouts = None
-    registry = open_registry(cfg, bootstrap)
     if any(b.format == "nocutouts" for b in brokers):
-        cutouts = cfg.get("stream.cutout_fields", "auto")
-        cutouts = cutout_fields(definition) if cutouts in (None, "auto") else list(cutouts)
+        registry = open_registry(cfg, cfg.bootstrap_servers)
         reduced = without_fields(definition, cutouts)
         reduced_id = 0
         for broker in (b for b in brokers if b.format == "nocutouts"):
             reduced_id = registry.register(subject_for(broker.topic), reduced)
         nocutouts = NoCutouts(schema_text(reduced), reduced_id, [f["name"] for f in reduced["fields"]])
-    ensure_topics(cfg, bootstrap, {b.topic: int(cfg.get("topics.broker_partitions")) for b in brokers})
+    ensure_topics(cfg, cfg.bootstrap_servers, {b.topic: int(cfg.get("topics.broker_partitions")) for b in brokers})
+    return nocutouts
+
+
+def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path, brokers_file: Path,
+               schema: tuple[int, str]) -> StreamPlan:
+    """Validate filters and brokers against the topic's schema; create output topics."""
+    schema_id, text = schema
+    definition = json.loads(text)
+    clash = sorted(set(reserved_columns()) & {f["name"] for f in definition["fields"]})
+    if clash:
+        raise SkyfilterError(f"schema '{definition.get('name')}' of topic '{topic}' has field(s) "
+                             f"{', '.join(clash)}, names the stream reserves for its own columns")
+    columns = detect(definition, cfg)
+    offset = float(cfg.get("stream.night_offset_hours"))
+    template = decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), text, schema_id, columns, offset)
+    enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
+    cutouts = configured_cutouts(cfg, definition)
+    nocutouts = prepare_outputs(cfg, definition, cutouts, brokers)
     return StreamPlan(
-        name=name, topic=topic, bootstrap=bootstrap, schema_id=schema_id, schema=definition, columns=columns,
-        filters=enabled, brokers=brokers, nocutouts=nocutouts, tables=table_paths(cfg, name),
-        checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset, problems=[str(p) for p in problems])
+        name=name, topic=topic, bootstrap=cfg.bootstrap_servers, schema_id=schema_id, schema=definition,
+        columns=columns, filters=enabled, brokers=brokers, nocutouts=nocutouts, cutouts=cutouts,
+        tables=table_paths(cfg, name), checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset,
+        problems=problems)

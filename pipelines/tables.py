@@ -2,7 +2,8 @@
 
 Each input topic gets its own set of tables under ``<state_dir>/delta/<name>/``
 (``name`` defaults to the topic): ``alerts`` (every accepted alert once,
-partitioned by night), ``matches`` (every alert-broker match, by night),
+partitioned by night, without its images), ``cutouts`` (the images, by night),
+``schemas`` (writer schemas by id), ``matches`` (every alert-broker match, by night),
 ``metrics`` (one row per micro-batch) and ``rejects`` (messages that could not
 be decoded, with their bytes and the reason).
 """
@@ -16,7 +17,7 @@ from pyspark.sql import types as T
 
 from skyfilter.config import Config
 
-TABLES = ("alerts", "matches", "metrics", "rejects")
+TABLES = ("alerts", "cutouts", "schemas", "matches", "metrics", "rejects")
 
 METRICS_SCHEMA = T.StructType([
     T.StructField("stream", T.StringType()),

@@ -27,6 +27,7 @@ class ProduceOptions:
     stamps: bool | None = None
     seed: int = 0
     night: str | None = None
+    first_visit: int = 1
     schema_version: str | None = None
     progress: bool = True
 
@@ -54,7 +55,8 @@ def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
             options.alerts_per_visit or int(cfg.get("simulation.alerts_per_visit")),
             seed=options.seed,
             stamps=cfg.get("simulation.stamps") if options.stamps is None else options.stamps,
-            history_length=int(cfg.get("simulation.history_length")), interval_s=interval)
+            history_length=int(cfg.get("simulation.history_length")), interval_s=interval,
+            first_visit=options.first_visit)
     ensure_topics(cfg, bootstrap, {topic: int(cfg.get("topics.alerts_partitions"))})
     source.schema_id = open_registry(cfg, bootstrap).register(subject_for(topic), schema, exclusive=True)
     conf = {**{k: v for k, v in cfg.section("producer").items()}, "bootstrap.servers": bootstrap}

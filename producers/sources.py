@@ -22,21 +22,22 @@ class SimulatedSource(AlertSource):
 
     def __init__(self, schema: dict, schema_id: int, night: str, visits: int, alerts_per_visit: int,
                  seed: int = 0, stamps: bool = True, history_length: int = 30, interval_s: float = 39.0,
-                 stamp_size: int = 100):
+                 stamp_size: int = 100, first_visit: int = 1):
         self.schema = schema
         self.schema_id = schema_id
         self.visits = visits
         self.alerts_per_visit = alerts_per_visit
+        self.first_index = first_visit - 1
         self.simulator = AlertSimulator(schema, night, seed, stamps, history_length, stamp_size, interval_s)
         self._parsed = None
 
     def visit_id(self, visit: int) -> int:
-        return self.simulator.visit(visit).visit_id
+        return self.simulator.visit(self.first_index + visit).visit_id
 
     def messages(self, visit: int, share: int, shares: int) -> Iterator[tuple[bytes, bytes]]:
         if self._parsed is None:
             self._parsed = parse_schema(self.schema, _write_hint=False)
-        pointing = self.simulator.visit(visit)
+        pointing = self.simulator.visit(self.first_index + visit)
         buffer = io.BytesIO()
         for index in range(share, self.alerts_per_visit, shares):
             alert = self.simulator.alert(pointing, index)

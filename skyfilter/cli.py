@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="include the three FITS cutouts (default: simulation.stamps)")
     produce.add_argument("--seed", type=int, default=0, help="random seed of the simulation (default 0)")
     produce.add_argument("--night", help="night to simulate, YYYY-MM-DD (default: tonight)")
+    produce.add_argument("--first-visit", type=int, default=1,
+                         help="number of the night's first visit to simulate, to continue a night (default 1)")
     produce.add_argument("--schema-version",
                          help="Rubin schema version, e.g. 10.0 (default: simulation.schema_version)")
     produce.add_argument("--topic", help="Kafka topic (default: topics.alerts)")
@@ -114,8 +116,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
     options = ProduceOptions(
         topic=args.topic, bootstrap=args.bootstrap, from_paths=args.from_paths, visits=args.visits,
         alerts_per_visit=args.alerts_per_visit, interval_s=args.interval_s, processes=args.producers,
-        stamps=args.stamps, seed=args.seed, night=args.night, schema_version=args.schema_version,
-        progress=not args.no_progress)
+        stamps=args.stamps, seed=args.seed, night=args.night, first_visit=args.first_visit,
+        schema_version=args.schema_version, progress=not args.no_progress)
     report = produce(cfg, options)
     print(report.summary())
     return 1 if report.failures else 0
