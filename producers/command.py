@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
 from producers.produce import ProduceReport, run_producers
 from producers.sources import FileSource, SimulatedSource
+from skyfilter.alert_columns import current_night
 from skyfilter.avro_schemas import rubin_schema
 from skyfilter.config import Config
 from skyfilter.registry import open_registry, subject_for
@@ -30,11 +30,6 @@ class ProduceOptions:
     first_visit: int = 1
     schema_version: str | None = None
     progress: bool = True
-
-
-def current_night(offset_hours: float = 12.0) -> str:
-    """Tonight's night label: the UTC date of (now - offset), Rubin's dayObs."""
-    return (dt.datetime.now(dt.UTC) - dt.timedelta(hours=offset_hours)).date().isoformat()
 
 
 def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:

@@ -8,6 +8,7 @@ this is Rubin's ``dayObs``.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from skyfilter.config import Config
@@ -80,3 +81,8 @@ def alert_id_of(record: dict, columns: AlertColumns):
     for part in columns.alert_id.split("."):
         value = value[part]
     return value
+
+
+def current_night(offset_hours: float = 12.0) -> str:
+    """Tonight's night label: the UTC date of (now - offset), Rubin's dayObs."""
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(hours=offset_hours)).date().isoformat()

@@ -136,3 +136,21 @@ def test_fink_rubin_alerts_are_filtered_and_archived(kafka_cfg, spark, lsst):
         .select("alert_id", "visit_id").collect()
     assert sorted(r.alert_id for r in rows) == sorted(records)
     assert {r.visit_id for r in rows} == {a["diaSource"]["visit"] for a in records.values()}
+
+
+@pytest.mark.parametrize("dataset", ["ztf", "lsst"])
+def test_archived_real_alerts_restore_to_the_original_bytes(kafka_cfg, spark, dataset, request):
+    from pipelines.night_reader import NightSelection, read_messages
+    from pipelines.tables import table_paths
+
+    _, _, inputs, _ = request.getfixturevalue(dataset)
+    tables = table_paths(kafka_cfg, f"{dataset}.alerts")
+    nights = [r.night for r in spark.read.format("delta").load(str(tables["alerts"])).select("night").distinct()
+              .collect()]
+    restored = {}
+    for night in nights:
+        messages, _, _ = read_messages(spark, tables, NightSelection(night))
+        for row in messages.select("alert_id", "kafka_value", "byte_identical").collect():
+            assert row.byte_identical
+            restored[row.alert_id] = bytes(row.kafka_value)
+    assert restored == {alert_id: message.value for alert_id, message in inputs.items()}
