@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -63,7 +65,22 @@ def ensure_topics(cfg: Config, bootstrap: str, partitions_by_topic: dict[str, in
         except KafkaException as exc:
             if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                 raise SkyfilterError(f"cannot create Kafka topic '{name}': {exc.args[0].str()}") from None
+    _wait_for_leaders(admin, created)
     return created
+
+
+def _wait_for_leaders(admin: AdminClient, topics: list[str], timeout: float = 30.0) -> None:
+    """Block until new topics have a leader for every partition (creation is asynchronous)."""
+    deadline = time.monotonic() + timeout
+    for topic in topics:
+        while True:
+            info = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+            if info is not None and info.error is None and info.partitions and \
+                    all(p.leader >= 0 for p in info.partitions.values()):
+                break
+            if time.monotonic() > deadline:
+                raise SkyfilterError(f"Kafka topic '{topic}' was created but has no leader after {timeout:.0f} s")
+            time.sleep(0.1)
 
 
 def topic_partitions(bootstrap: str, topic: str) -> int:

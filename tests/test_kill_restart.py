@@ -1,0 +1,89 @@
+"""Kill the stream job (SIGKILL, driver and JVM) at three points while alerts arrive; the archive stays exact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from conftest import ROOT, stream_args, write_files
+from pipelines.filter_stream import run
+from pipelines.tables import table_paths
+from producers.command import ProduceOptions, produce
+
+TOPIC = "kill.alerts"
+
+
+def start_stream(cfg, folder) -> tuple[subprocess.Popen, list[str]]:
+    command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", TOPIC,
+               "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
+               "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir), "--trigger", "1s",
+               "--set", "stream.max_offsets_per_trigger=20"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(line.strip() for line in process.stdout), daemon=True).start()
+    return process, lines
+
+
+def wait_for(lines: list[str], text: str, process: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while not any(text in line for line in lines):
+        assert process.poll() is None, f"stream exited early: {lines[-5:]}"
+        assert time.time() < deadline, f"no '{text}' within {timeout} s: {lines[-5:]}"
+        time.sleep(0.1)
+
+
+def kill_job(process: subprocess.Popen, checkpoint) -> bool:
+    """SIGKILL the whole job; True when it died inside a batch (planned offsets without a commit)."""
+    os.killpg(process.pid, signal.SIGKILL)  # driver, JVM and Python workers at once
+    process.wait(30)
+
+    def last(folder: str) -> int:
+        ids = [int(p.name) for p in (checkpoint / folder).glob("*") if p.name.isdigit()]
+        return max(ids, default=-1)
+
+    return last("offsets") > last("commits")
+
+
+def test_archive_is_exact_after_three_sigkills(kafka_cfg, spark, tmp_path):
+    write_files(tmp_path / "filters", {"some.sql": "diaSource.snr > 15"})
+    (tmp_path / "brokers.yaml").write_text("brokers:\n  kill_b:\n    filters: [some]\n")
+    produced = []
+    producer = threading.Thread(target=lambda: produced.append(produce(kafka_cfg, ProduceOptions(
+        topic=TOPIC, visits=8, alerts_per_visit=30, interval_s=4.0, stamps=True, seed=21, night="2026-11-12",
+        progress=False), log=lambda line: None)))
+    producer.start()
+
+    checkpoint = kafka_cfg.checkpoint_dir / TOPIC
+    mid_batch = []
+    # 1: during start-up and the first batches
+    process, lines = start_stream(kafka_cfg, tmp_path)
+    wait_for(lines, "running: trigger", process)
+    time.sleep(2.5)
+    mid_batch.append(kill_job(process, checkpoint))
+    # 2: at a batch boundary, as the next batch starts
+    process, lines = start_stream(kafka_cfg, tmp_path)
+    wait_for(lines, "batch ", process)
+    time.sleep(0.3)
+    mid_batch.append(kill_job(process, checkpoint))
+    # 3: in the middle of a later batch
+    process, lines = start_stream(kafka_cfg, tmp_path)
+    wait_for(lines, "batch ", process)
+    time.sleep(1.5)
+    mid_batch.append(kill_job(process, checkpoint))
+    assert any(mid_batch), "at least one kill must interrupt a batch for this test to mean anything"
+
+    producer.join(120)
+    assert produced and produced[0].alerts == 240 and produced[0].failures == 0
+    run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml"), spark, lambda line: None)
+    tables = table_paths(kafka_cfg, TOPIC)
+    alerts = spark.read.format("delta").load(str(tables["alerts"]))
+    cutouts = spark.read.format("delta").load(str(tables["cutouts"]))
+    assert alerts.count() == 240 == alerts.select("alert_id").distinct().count(), "every alert exactly once"
+    assert cutouts.count() == 240 == cutouts.select("alert_id").distinct().count()
+    metrics = spark.read.format("delta").load(str(tables["metrics"]))
+    assert metrics.count() == metrics.select("batch_id").distinct().count()
