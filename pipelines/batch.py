@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pipelines.archive import record_schema, split_archive
 from pipelines.fanout import MATCHES, add_matches, kafka_messages, match_rows
 from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, add_filter_columns, filter_column
+from pipelines.nightly_topics import NightlyTopics
 from pipelines.stream_plan import StreamPlan
 from pipelines.tables import METRICS_SCHEMA, append
 
@@ -58,6 +59,8 @@ class BatchProcessor:
         self.run_id = uuid.uuid4().hex[:12]
         self.app_id = f"skyfilter:{plan.name}"
         self.totals = StreamTotals()
+        self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema) \
+            if plan.cfg.get("stream.nightly_topics.enabled", False) else None
 
     def warm_up(self) -> None:
         """Start the Python workers and create the Delta tables before the first alert arrives.
@@ -96,6 +99,8 @@ class BatchProcessor:
             if stats["input_alerts"] == 0:
                 return
             self.totals.last_input_at = delivered
+            if self.nightly is not None:
+                self.nightly.write(evaluated.where(F.col("reject_reason").isNull()), self.kafka_options)
             self._archive(evaluated, matches, batch_id, stats)
             self._record(batch_id, started, delivered, stats)
         finally:

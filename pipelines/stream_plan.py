@@ -53,6 +53,7 @@ class StreamPlan:
     checkpoint: Path
     night_offset_hours: float
     problems: list[str] = field(default_factory=list)
+    cfg: Config | None = None
 
     @property
     def schema_json(self) -> str:
@@ -143,4 +144,4 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
         name=name, topic=topic, bootstrap=cfg.bootstrap_servers, schema_id=schema_id, schema=definition,
         columns=columns, filters=enabled, brokers=brokers, nocutouts=nocutouts, cutouts=cutouts,
         tables=table_paths(cfg, name), checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset,
-        problems=problems)
+        problems=problems, cfg=cfg)

@@ -58,11 +58,13 @@ def spark():
 
 def stream_args(cfg: Config, topic: str, filters_dir: Path, brokers: Path, name: str | None = None,
                 extra: list[str] | None = None) -> argparse.Namespace:
-    """Arguments of pipelines/filter_stream.py for an --available-now run in the test state dir."""
+    """Arguments of pipelines/filter_stream.py in the test state dir (--available-now unless a trigger is given)."""
     from pipelines.filter_stream import parse_args
 
     argv = ["--topic", topic, "--filters-dir", str(filters_dir), "--brokers", str(brokers),
-            "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir), "--available-now"]
+            "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir)]
+    if "--trigger" not in (extra or []):
+        argv.append("--available-now")
     if name:
         argv += ["--name", name]
     return parse_args(argv + (extra or []))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import pytest
@@ -121,3 +122,55 @@ def test_time_travel_returns_the_archive_as_it_was(kafka_cfg, spark, night):
     tables = night["tables"]
     assert read_alerts(spark, tables, NightSelection(NIGHT)).count() == 85
     assert read_alerts(spark, tables, NightSelection(NIGHT, as_of_version=before)).count() == 75
+
+
+def test_nightly_topic_holds_the_night_and_replay_recreates_it(kafka_cfg, spark, tmp_path):
+    from pipelines.nightly_topics import nightly_topic
+    from skyfilter.topics import admin_client
+
+    topic, night = "nightly.alerts", "2026-11-15"
+    write_files(tmp_path / "filters", FILTERS)
+    (tmp_path / "brokers.yaml").write_text("brokers:\n  nightly_b:\n    filters: [bright]\n")
+    produce(kafka_cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=15, interval_s=0.0, stamps=False,
+                                      seed=3, night=night, progress=False), log=lambda line: None)
+    run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml",
+                    extra=["--set", "stream.nightly_topics.enabled=true"]), spark, lambda line: None)
+
+    def by_partition(messages):
+        grouped = defaultdict(list)
+        for message in messages:
+            grouped[message.partition].append(message.value)
+        return dict(grouped)
+
+    originals = by_partition(read_topic(kafka_cfg.bootstrap_servers, topic))
+    nightly = nightly_topic(topic, night)
+    assert by_partition(read_topic(kafka_cfg.bootstrap_servers, nightly)) == originals
+    admin = admin_client(kafka_cfg.bootstrap_servers)
+    admin.delete_topics([nightly], operation_timeout=30)[nightly].result()
+    for _ in range(50):  # deletion is asynchronous
+        if nightly not in admin.list_topics(timeout=10).topics:
+            break
+        time.sleep(0.2)
+    replay_night.run(replay_night.parse_args(
+        ["--night", night, "--name", topic, "--to-topic", nightly, "--bootstrap", kafka_cfg.bootstrap_servers,
+         "--state-dir", str(kafka_cfg.state_dir), "--no-progress"]), spark, lambda line: None)
+    assert by_partition(read_topic(kafka_cfg.bootstrap_servers, nightly)) == originals
+
+
+def test_same_night_through_two_triggers_gives_a_latency_throughput_table(kafka_cfg, spark, night):
+    from pipelines.trigger_report import markdown, trigger_rows
+
+    folder = night["folder"]
+    for trigger in ("0", "2s"):
+        topic = f"night.trigger{trigger}"
+        replay_night.run(replay_args(kafka_cfg, "--to-topic", topic, "--visits", "1-3", "--speed", "5"), spark,
+                         lambda line: None)
+        run(stream_args(kafka_cfg, topic, folder / "filters", folder / "brokers.yaml",
+                        extra=["--trigger", trigger, "--stop-when-idle", "3"]), spark, lambda line: None)
+    rows = {row["stream"]: row for row in trigger_rows(spark, kafka_cfg, ["night.trigger0", "night.trigger2s"])}
+    assert rows["night.trigger0"]["trigger"] == "0s" and rows["night.trigger2s"]["trigger"] == "2s"
+    for row in rows.values():
+        assert row["alerts"] == 75
+        assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"] <= row["max_ms"]
+        assert row["alerts_per_s"] > 0
+    assert "| night.trigger0 | 0s |" in markdown(list(rows.values()))

@@ -1,0 +1,49 @@
+"""Optional nightly Kafka topics: every accepted alert also goes to ``<topic>.<night>``.
+
+DMTN-028 recommends "a new topic each night, which would allow rewinding to
+the beginning of the night".  These topics keep the night only for a short
+retention (``stream.nightly_topics.retention_hours``); the Delta archive keeps
+it for good, and ``replay_night.py --to-topic <topic>.<night>`` recreates one.
+Messages keep their bytes, key and partition number.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from skyfilter.config import Config
+from skyfilter.registry import open_registry, subject_for
+from skyfilter.topics import ensure_topics, topic_partitions
+
+
+def nightly_topic(topic: str, night: str) -> str:
+    """The nightly topic of an input topic."""
+    return f"{topic}.{night}"
+
+
+class NightlyTopics:
+    """Writes a batch's accepted messages to their night's topic, creating it on first use."""
+
+    def __init__(self, cfg: Config, topic: str, schema: dict):
+        self.cfg = cfg
+        self.topic = topic
+        self.schema = schema
+        self.retention_ms = str(int(float(cfg.get("stream.nightly_topics.retention_hours")) * 3_600_000))
+        self.partitions = max(topic_partitions(cfg.bootstrap_servers, topic), 1)
+        self.ready: set[str] = set()
+
+    def write(self, accepted: DataFrame, kafka_options: dict[str, str]) -> None:
+        """Copy accepted messages (needs night, kafka_key/value/partition columns) to nightly topics."""
+        nights = [r.night for r in accepted.select("night").distinct().collect() if r.night]
+        new = [nightly_topic(self.topic, n) for n in nights if nightly_topic(self.topic, n) not in self.ready]
+        if new:
+            ensure_topics(self.cfg, self.cfg.bootstrap_servers, dict.fromkeys(new, self.partitions),
+                          {"retention.ms": self.retention_ms})
+            registry = open_registry(self.cfg, self.cfg.bootstrap_servers)
+            for name in new:
+                registry.register(subject_for(name), self.schema, exclusive=True)
+            self.ready.update(new)
+        accepted.select(F.concat(F.lit(self.topic + "."), "night").alias("topic"), F.col("kafka_key").alias("key"),
+                        F.col("kafka_value").alias("value"), F.col("kafka_partition").alias("partition")) \
+            .write.format("kafka").options(**kafka_options).save()
