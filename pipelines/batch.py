@@ -26,10 +26,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.archive import record_schema, split_archive
-from pipelines.fanout import MATCHES, add_matches, kafka_messages, match_rows
-from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, add_filter_columns, filter_column
+from pipelines.decode import is_accepted
+from pipelines.fanout import MATCHES, evaluate, kafka_messages, match_rows
+from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, filter_column
 from pipelines.nightly_topics import NightlyTopics
-from pipelines.stream_plan import StreamPlan
+from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
 from pipelines.tables import METRICS_SCHEMA, append
 
 
@@ -67,12 +68,8 @@ class BatchProcessor:
 
         Without this the first visit of a night would wait for both (several seconds).
         """
-        from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA
-
         probe = self.spark.createDataFrame([(None, None, self.plan.topic, 0, -1, None, 0)], KAFKA_SOURCE_SCHEMA)
-        decoded = self.plan.decode(probe)
-        evaluated = add_matches(add_filter_columns(decoded, self.plan.filters, F.col("reject_reason").isNull()),
-                                self.plan.brokers)
+        evaluated = evaluate(self.plan.decode(probe), self.plan.filters, self.plan.brokers)
         evaluated.agg(F.count(F.lit(1))).collect()
         empty_alerts, empty_cutouts = self._archive_frames(evaluated.limit(0), 0)
         empty_metrics = self.spark.createDataFrame([], METRICS_SCHEMA)
@@ -87,10 +84,7 @@ class BatchProcessor:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
         plan = self.plan
-        decoded = plan.decode(batch)
-        accepted = F.col("reject_reason").isNull()
-        evaluated = add_matches(add_filter_columns(decoded, plan.filters, accepted), plan.brokers)
-        evaluated = evaluated.persist(StorageLevel.MEMORY_AND_DISK)
+        evaluated = evaluate(plan.decode(batch), plan.filters, plan.brokers).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             matches = match_rows(evaluated)
             kafka_messages(matches, plan.nocutouts).write.format("kafka").options(**self.kafka_options).save()
@@ -100,7 +94,7 @@ class BatchProcessor:
                 return
             self.totals.last_input_at = delivered
             if self.nightly is not None:
-                self.nightly.write(evaluated.where(F.col("reject_reason").isNull()), self.kafka_options)
+                self.nightly.write(evaluated.where(is_accepted()), self.kafka_options)
             self._archive(evaluated, matches, batch_id, stats)
             self._record(batch_id, started, delivered, stats)
         finally:
@@ -108,7 +102,7 @@ class BatchProcessor:
 
     def _stats(self, evaluated: DataFrame, delivered: float) -> dict:
         """Every per-batch figure in one aggregation over the cached batch."""
-        accepted = F.col("reject_reason").isNull()
+        accepted = is_accepted()
         latency = F.lit(delivered * 1000.0) - F.unix_millis("kafka_timestamp").cast("double")
         aggregates = [
             F.count(F.lit(1)).alias("input_alerts"),
@@ -138,7 +132,7 @@ class BatchProcessor:
     def _archive_frames(self, evaluated: DataFrame, batch_id: int) -> tuple[DataFrame, DataFrame]:
         """The alerts and cutouts rows of a batch's accepted messages."""
         internal = [filter_column(s.name) for s in self.plan.filters] + [PYTHON_COLUMN, MATCHES, "reject_reason"]
-        accepted = evaluated.where(F.col("reject_reason").isNull()).drop(*internal)
+        accepted = evaluated.where(is_accepted()).drop(*internal)
         alerts, cutouts = split_archive(accepted, self.plan.cutouts)
         return alerts.withColumn("batch_id", F.lit(batch_id).cast("long")), cutouts
 
@@ -154,7 +148,7 @@ class BatchProcessor:
                                   "kafka_timestamp", F.lit(batch_id).cast("long").alias("batch_id"))
             append(rows, plan.tables["matches"], self.app_id, batch_id, "night")
         if stats["rejected"]:
-            rejects = evaluated.where(F.col("reject_reason").isNotNull()).select(
+            rejects = evaluated.where(~is_accepted()).select(
                 "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_value",
                 "schema_id", "reject_reason", F.lit(batch_id).cast("long").alias("batch_id"))
             append(rejects, plan.tables["rejects"], self.app_id, batch_id)

@@ -17,6 +17,11 @@ KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timest
 DERIVED_COLUMNS = ["night", "visit_id", "alert_id", "schema_id", "reject_reason"]
 
 
+def is_accepted() -> Column:
+    """True for rows that decoded into an alert (``reject_reason`` is null)."""
+    return F.col("reject_reason").isNull()
+
+
 def reserved_columns() -> list[str]:
     """Names an alert schema's top-level fields must not use."""
     return KAFKA_COLUMNS + DERIVED_COLUMNS

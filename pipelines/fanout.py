@@ -16,8 +16,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
-from pipelines.filter_eval import filter_column
+from pipelines.decode import is_accepted
+from pipelines.filter_eval import add_filter_columns, filter_column
 from skyfilter.brokers import BrokerSpec
+from skyfilter.filter_loader import FilterSpec
 from skyfilter.wire import frame
 
 MATCHES = "_matches"
@@ -46,6 +48,11 @@ def add_matches(evaluated: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
         return evaluated.withColumn(MATCHES, F.array().cast(
             "array<struct<broker:string,topic:string,format:string,filters:array<string>>>"))
     return evaluated.withColumn(MATCHES, F.filter(F.array(*entries), lambda m: F.size(m["filters"]) > 0))
+
+
+def evaluate(decoded: DataFrame, filters: list[FilterSpec], brokers: list[BrokerSpec]) -> DataFrame:
+    """Every filter's verdict and each alert's broker matches, for decoded rows (rejects match nothing)."""
+    return add_matches(add_filter_columns(decoded, filters, is_accepted()), brokers)
 
 
 def match_rows(with_matches: DataFrame) -> DataFrame:

@@ -26,8 +26,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from pipelines.fanout import add_matches, kafka_messages, match_rows  # noqa: E402
-from pipelines.filter_eval import add_filter_columns  # noqa: E402
+from pipelines.fanout import evaluate, kafka_messages, match_rows  # noqa: E402
 from pipelines.job_config import add_common_arguments, config_from_args  # noqa: E402
 from pipelines.night_reader import NightSelection, parse_visits, read_messages  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
@@ -143,7 +142,7 @@ def refilter(spark, cfg: Config, messages: DataFrame, schema: dict, args: argpar
     filters, brokers, problems = resolve_filters(frame, Path(args.filters_dir), Path(args.brokers))
     for problem in problems:
         log(f"filter problem: {problem}")
-    evaluated = add_matches(add_filter_columns(frame, filters, F.lit(True)), brokers).persist()
+    evaluated = evaluate(frame, filters, brokers).persist()
     matches = match_rows(evaluated)
     if args.to_brokers:
         nocutouts = prepare_outputs(cfg, schema, configured_cutouts(cfg, schema), brokers)

@@ -113,7 +113,8 @@ def test_time_travel_returns_the_archive_as_it_was(kafka_cfg, spark, night):
     from delta.tables import DeltaTable
 
     path = str(night["tables"]["alerts"])
-    before = DeltaTable.forPath(spark, path).history(1).first().version
+    last_commit = DeltaTable.forPath(spark, path).history(1).first()
+    before, committed_at = last_commit.version, last_commit.timestamp
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=10, interval_s=0.0, stamps=False,
                                       seed=12, night=NIGHT, progress=False, first_visit=4),
             log=lambda line: None)
@@ -122,6 +123,8 @@ def test_time_travel_returns_the_archive_as_it_was(kafka_cfg, spark, night):
     tables = night["tables"]
     assert read_alerts(spark, tables, NightSelection(NIGHT)).count() == 85
     assert read_alerts(spark, tables, NightSelection(NIGHT, as_of_version=before)).count() == 75
+    as_of = committed_at.strftime("%Y-%m-%d %H:%M:%S.%f")
+    assert read_alerts(spark, tables, NightSelection(NIGHT, as_of_timestamp=as_of)).count() == 75
 
 
 def test_nightly_topic_holds_the_night_and_replay_recreates_it(kafka_cfg, spark, tmp_path):
