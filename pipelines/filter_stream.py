@@ -22,7 +22,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipelines.batch import BatchProcessor, StreamTotals  # noqa: E402
-from pipelines.job_config import add_common_arguments, config_from_args  # noqa: E402
+from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.stream_plan import StreamPlan, build_plan, wait_for_schema  # noqa: E402
 from skyfilter.config import Config  # noqa: E402
@@ -178,14 +178,12 @@ def summary_lines(totals: StreamTotals) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        totals = run(args)
-    except SkyfilterError as exc:
-        print(f"filter_stream: error: {exc}", file=sys.stderr)
-        return 2
-    for line in summary_lines(totals):
-        print(line)
-    return 0
+
+    def work() -> None:
+        for line in summary_lines(run(args)):
+            print(line)
+
+    return job_main("filter_stream", work)
 
 
 if __name__ == "__main__":

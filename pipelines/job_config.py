@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 
 from skyfilter.config import Config, parse_overrides
+from skyfilter.errors import SkyfilterError
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,3 +26,13 @@ def config_from_args(args: argparse.Namespace, flags: dict[str, object] | None =
         if value is not None:
             cfg.set(key, value)
     return cfg
+
+
+def job_main(prog: str, work: Callable[[], object]) -> int:
+    """Run a job; a SkyfilterError becomes one line on stderr and exit code 2."""
+    try:
+        work()
+    except SkyfilterError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

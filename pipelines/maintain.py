@@ -21,7 +21,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 from pyspark.sql import functions as F  # noqa: E402
 
-from pipelines.job_config import add_common_arguments, config_from_args  # noqa: E402
+from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.tables import table_paths  # noqa: E402
 from skyfilter.alert_columns import current_night  # noqa: E402
@@ -98,12 +98,7 @@ def run(args: argparse.Namespace, spark=None, log=print) -> dict[str, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        run(args)
-    except SkyfilterError as exc:
-        print(f"maintain: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return job_main("maintain", lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from pipelines.fanout import evaluate, kafka_messages, match_rows  # noqa: E402
-from pipelines.job_config import add_common_arguments, config_from_args  # noqa: E402
+from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.night_reader import NightSelection, parse_visits, read_messages  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.stream_plan import configured_cutouts, prepare_outputs, resolve_filters  # noqa: E402
@@ -189,12 +189,7 @@ def run(args: argparse.Namespace, spark=None, log=print) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        run(args)
-    except SkyfilterError as exc:
-        print(f"replay_night: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return job_main("replay_night", lambda: run(args))
 
 
 if __name__ == "__main__":

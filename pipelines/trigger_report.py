@@ -18,7 +18,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.job_config import add_common_arguments, config_from_args  # noqa: E402
+from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.tables import table_paths  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
@@ -68,16 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the Markdown table to this file")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        cfg = config_from_args(args)
-        table = markdown(trigger_rows(get_spark("skyfilter-trigger-report"), cfg, args.names))
-    except SkyfilterError as exc:
-        print(f"trigger_report: error: {exc}", file=sys.stderr)
-        return 2
-    print(table)
-    if args.out:
-        Path(args.out).write_text(table + "\n")
-    return 0
+
+    def work() -> None:
+        table = markdown(trigger_rows(get_spark("skyfilter-trigger-report"), config_from_args(args), args.names))
+        print(table)
+        if args.out:
+            Path(args.out).write_text(table + "\n")
+
+    return job_main("trigger_report", work)
 
 
 if __name__ == "__main__":
