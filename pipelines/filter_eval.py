@@ -25,7 +25,8 @@ PYTHON_COLUMN = "_python_filters"
 ERROR_SUFFIX = "__error"
 
 # pyspark logs every analysis error with a full JVM stack trace; we report our own one-liners.
-logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+for _logger in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+    logging.getLogger(_logger).setLevel(logging.CRITICAL)
 
 
 def filter_column(name: str) -> str:

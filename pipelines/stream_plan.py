@@ -125,18 +125,25 @@ def prepare_outputs(cfg: Config, definition: dict, cutouts: list[str], brokers: 
     return nocutouts
 
 
+def template_frame(spark: SparkSession, cfg: Config, schema_id: int, text: str) -> tuple[DataFrame, AlertColumns]:
+    """An empty frame with exactly the columns filters see for this schema (what decode produces)."""
+    definition = json.loads(text)
+    clash = sorted(set(reserved_columns()) & {f["name"] for f in definition["fields"]})
+    if clash:
+        raise SkyfilterError(f"schema '{definition.get('name')}' has field(s) {', '.join(clash)}, "
+                             f"names the stream reserves for its own columns")
+    columns = detect(definition, cfg)
+    offset = float(cfg.get("stream.night_offset_hours"))
+    return decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), text, schema_id, columns, offset), columns
+
+
 def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path, brokers_file: Path,
                schema: tuple[int, str]) -> StreamPlan:
     """Validate filters and brokers against the topic's schema; create output topics."""
     schema_id, text = schema
     definition = json.loads(text)
-    clash = sorted(set(reserved_columns()) & {f["name"] for f in definition["fields"]})
-    if clash:
-        raise SkyfilterError(f"schema '{definition.get('name')}' of topic '{topic}' has field(s) "
-                             f"{', '.join(clash)}, names the stream reserves for its own columns")
-    columns = detect(definition, cfg)
+    template, columns = template_frame(spark, cfg, schema_id, text)
     offset = float(cfg.get("stream.night_offset_hours"))
-    template = decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), text, schema_id, columns, offset)
     enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
     cutouts = configured_cutouts(cfg, definition)
     nocutouts = prepare_outputs(cfg, definition, cutouts, brokers)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from skyfilter.config import Config, parse_overrides
 from skyfilter.errors import SkyfilterError
@@ -63,6 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--bootstrap", help="Kafka bootstrap servers (default: kafka.bootstrap_servers)")
     produce.add_argument("--no-progress", action="store_true", help="no progress bar")
     _common(produce)
+
+    filters = commands.add_parser("filters", help="check filters against an alert schema",
+                                  description="Check every *.sql and *.py filter of a folder with the stream's own "
+                                              "checks (Spark's parser and analyzer): one line per problem, "
+                                              "exit 1 when there is any.")
+    filters.add_argument("action", choices=["check"])
+    filters.add_argument("folder", nargs="?", help="filters folder (default: stream.filters_dir)")
+    source = filters.add_mutually_exclusive_group()
+    source.add_argument("--topic", help="check against the schema registered for this topic")
+    source.add_argument("--schema", help="check against a schema file (.avsc) or an Avro container file (.avro)")
+    _common(filters)
 
     demo = commands.add_parser("demo", help="run a small simulated night end to end (what `make demo` does)",
                                description="Start a fresh local Kafka under <state_dir>/demo, start the "
@@ -123,6 +135,19 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
+def cmd_filters(args: argparse.Namespace) -> int:
+    from pipelines.filter_tools import check_filters, schema_for_check
+
+    cfg = load_config(args)
+    folder = Path(args.folder) if args.folder else cfg.path("stream.filters_dir")
+    described, schema = schema_for_check(cfg, args.topic, args.schema)
+    valid, problems = check_filters(cfg, folder, schema)
+    for problem in problems:
+        print(problem)
+    print(f"{len(valid)} filter(s) OK, {len(problems)} problem(s) in {folder} against {described}")
+    return 1 if problems else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from skyfilter.demo import run_demo
 
@@ -132,7 +157,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `skyfilter` console script."""
     args = build_parser().parse_args(argv)
-    handler = {"kafka": cmd_kafka, "produce": cmd_produce, "demo": cmd_demo}[args.command]
+    handler = {"kafka": cmd_kafka, "produce": cmd_produce, "filters": cmd_filters, "demo": cmd_demo}[args.command]
     try:
         return handler(args)
     except SkyfilterError as exc:
