@@ -28,8 +28,9 @@ from pyspark.sql import functions as F
 from pipelines.archive import record_schema, split_archive
 from pipelines.decode import is_accepted
 from pipelines.fanout import MATCHES, evaluate, kafka_messages, match_rows
-from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, filter_column
+from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, SAMPLE_SUFFIX, SECONDS_SUFFIX, filter_column
 from pipelines.nightly_topics import NightlyTopics
+from pipelines.quarantine import Quarantine
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
 from pipelines.tables import METRICS_SCHEMA, append
 
@@ -51,7 +52,7 @@ class BatchProcessor:
     """The ``foreachBatch`` function of the stream job."""
 
     def __init__(self, spark: SparkSession, plan: StreamPlan, trigger: str, kafka_options: dict[str, str],
-                 log=print):
+                 log=print, quarantine: Quarantine | None = None):
         self.spark = spark
         self.plan = plan
         self.trigger = trigger
@@ -60,6 +61,7 @@ class BatchProcessor:
         self.run_id = uuid.uuid4().hex[:12]
         self.app_id = f"skyfilter:{plan.name}"
         self.totals = StreamTotals()
+        self.quarantine = quarantine
         self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema) \
             if plan.cfg.get("stream.nightly_topics.enabled", False) else None
 
@@ -93,6 +95,8 @@ class BatchProcessor:
             if stats["input_alerts"] == 0:
                 return
             self.totals.last_input_at = delivered
+            if self.quarantine is not None:
+                self.quarantine.review(batch_id, stats)
             if self.nightly is not None:
                 self.nightly.write(evaluated.where(is_accepted()), self.kafka_options)
             self._archive(evaluated, matches, batch_id, stats)
@@ -114,8 +118,10 @@ class BatchProcessor:
         for spec in self.plan.filters:
             aggregates.append(F.count_if(F.col(filter_column(spec.name))).alias(f"f:{spec.name}"))
             if spec.kind == "python":
-                aggregates.append(F.first(F.col(PYTHON_COLUMN)[spec.name + ERROR_SUFFIX], ignorenulls=True)
-                                  .alias(f"e:{spec.name}"))
+                side = F.col(PYTHON_COLUMN)
+                aggregates += [F.first(side[spec.name + ERROR_SUFFIX], ignorenulls=True).alias(f"e:{spec.name}"),
+                               F.first(side[spec.name + SAMPLE_SUFFIX], ignorenulls=True).alias(f"s:{spec.name}"),
+                               F.sum(side[spec.name + SECONDS_SUFFIX]).alias(f"t:{spec.name}")]
         for broker in self.plan.brokers:
             aggregates.append(F.count_if(F.exists(MATCHES, _is_broker(broker.name))).alias(f"b:{broker.name}"))
         row = evaluated.agg(*aggregates).first().asDict()
@@ -127,11 +133,14 @@ class BatchProcessor:
             "by_filter": {k[2:]: v for k, v in row.items() if k.startswith("f:")},
             "by_broker": {k[2:]: v for k, v in row.items() if k.startswith("b:")},
             "errors": {k[2:]: v for k, v in row.items() if k.startswith("e:") and v},
+            "samples": {k[2:]: v for k, v in row.items() if k.startswith("s:") and v},
+            "seconds": {k[2:]: v or 0.0 for k, v in row.items() if k.startswith("t:")},
         }
 
     def _archive_frames(self, evaluated: DataFrame, batch_id: int) -> tuple[DataFrame, DataFrame]:
         """The alerts and cutouts rows of a batch's accepted messages."""
-        internal = [filter_column(s.name) for s in self.plan.filters] + [PYTHON_COLUMN, MATCHES, "reject_reason"]
+        verdicts = [c for c in evaluated.columns if c.startswith(filter_column(""))]  # the plan may have changed
+        internal = [*verdicts, PYTHON_COLUMN, MATCHES, "reject_reason"]
         accepted = evaluated.where(is_accepted()).drop(*internal)
         alerts, cutouts = split_archive(accepted, self.plan.cutouts)
         return alerts.withColumn("batch_id", F.lit(batch_id).cast("long")), cutouts

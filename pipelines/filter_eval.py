@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
+import time
 
 import pandas as pd
 from pyspark.errors import AnalysisException, ParseException
@@ -23,6 +24,8 @@ from skyfilter.filter_loader import FilterProblem, FilterSpec, filter_function
 
 PYTHON_COLUMN = "_python_filters"
 ERROR_SUFFIX = "__error"
+SAMPLE_SUFFIX = "__sample_alert"
+SECONDS_SUFFIX = "__seconds"
 
 # pyspark logs every analysis error with a full JVM stack trace; we report our own one-liners.
 for _logger in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
@@ -114,24 +117,31 @@ def _explain(exc: AnalysisException, paths: list[str], column: str | None = None
 
 # --------------------------------------------------------------------------- evaluation
 def python_filters_column(specs: list[FilterSpec], accepted: Column) -> Column:
-    """One pandas UDF evaluating every Python filter; a struct of verdicts and errors.
+    """One pandas UDF evaluating every Python filter.
 
-    Only rows where ``accepted`` is true reach the filters (a rejected message
-    has no alert); the others get a null verdict.
+    Returns a struct with, per filter: its verdict, and on the first row of
+    each Arrow batch its error (if it raised), a sample alert id of that batch,
+    and the seconds it spent.  Only rows where ``accepted`` is true reach the
+    filters (a rejected message has no alert); the others get a null verdict.
     """
     columns = list(dict.fromkeys(c for spec in specs for c in spec.columns))
     plan = [(spec, [columns.index(c) for c in spec.columns]) for spec in specs]
     fields = []
     for spec in specs:
-        fields += [T.StructField(spec.name, T.BooleanType()), T.StructField(spec.name + ERROR_SUFFIX, T.StringType())]
+        fields += [T.StructField(spec.name, T.BooleanType()),
+                   T.StructField(spec.name + ERROR_SUFFIX, T.StringType()),
+                   T.StructField(spec.name + SAMPLE_SUFFIX, T.StringType()),
+                   T.StructField(spec.name + SECONDS_SUFFIX, T.DoubleType())]
 
-    def evaluate(mask, *series):
+    def evaluate(mask, alert_ids, *series):
         rows = len(mask)
         keep = mask.fillna(False).astype(bool).to_numpy()
         inputs = [s[keep].reset_index(drop=True).infer_objects() for s in series]
+        sample = alert_ids[keep].iloc[0] if keep.any() else None
         out = {}
         for spec, positions in plan:
             verdict, error = pd.Series([None] * rows, dtype="boolean"), None
+            began = time.perf_counter()
             try:
                 if keep.any():
                     verdict[keep] = as_verdict(filter_function(spec)(*[inputs[i] for i in positions]),
@@ -139,10 +149,17 @@ def python_filters_column(specs: list[FilterSpec], accepted: Column) -> Column:
             except Exception as exc:  # noqa: BLE001 - a failing filter must not stop the others
                 verdict, error = pd.Series([None] * rows, dtype="boolean"), f"{type(exc).__name__}: {exc}"
             out[spec.name] = verdict
-            out[spec.name + ERROR_SUFFIX] = pd.Series([error] + [None] * (rows - 1), dtype=object)
+            out[spec.name + ERROR_SUFFIX] = _first_row(error, rows)
+            out[spec.name + SAMPLE_SUFFIX] = _first_row(sample if error else None, rows)
+            out[spec.name + SECONDS_SUFFIX] = _first_row(time.perf_counter() - began, rows)
         return pd.DataFrame(out)
 
-    return pandas_udf(evaluate, T.StructType(fields))(accepted, *[F.col(c) for c in columns])
+    return pandas_udf(evaluate, T.StructType(fields))(accepted, F.col("alert_id"), *[F.col(c) for c in columns])
+
+
+def _first_row(value, rows: int) -> pd.Series:
+    """A column holding ``value`` on its first row only (per-Arrow-batch facts, summed on the driver)."""
+    return pd.Series([value] + [None] * (rows - 1), dtype=object)
 
 
 def as_verdict(result, rows: int) -> pd.Series:

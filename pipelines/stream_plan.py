@@ -52,7 +52,7 @@ class StreamPlan:
     tables: dict[str, Path]
     checkpoint: Path
     night_offset_hours: float
-    problems: list[str] = field(default_factory=list)
+    problems: list[FilterProblem | str] = field(default_factory=list)
     cfg: Config | None = None
 
     @property
@@ -80,7 +80,7 @@ def wait_for_schema(cfg: Config, bootstrap: str, topic: str, wait_s: float, log=
 
 
 def resolve_filters(template: DataFrame, filters_dir: Path, brokers_file: Path
-                    ) -> tuple[list[FilterSpec], list[BrokerSpec], list[str]]:
+                    ) -> tuple[list[FilterSpec], list[BrokerSpec], list[FilterProblem | str]]:
     """Load and check the filters against a frame's columns; attach each broker's working filters.
 
     Returns the filters to evaluate (those some broker uses), the brokers, and
@@ -102,7 +102,7 @@ def resolve_filters(template: DataFrame, filters_dir: Path, brokers_file: Path
         if not broker.enabled_filters:
             problems.append(f"{brokers_file}:{broker.line}: broker '{broker.name}' has no working filter; "
                             f"it receives nothing until one is fixed")
-    return enabled, brokers, [str(p) for p in problems]
+    return enabled, brokers, problems
 
 
 def configured_cutouts(cfg: Config, definition: dict) -> list[str]:

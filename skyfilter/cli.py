@@ -65,12 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--no-progress", action="store_true", help="no progress bar")
     _common(produce)
 
-    filters = commands.add_parser("filters", help="check filters against an alert schema",
-                                  description="Check every *.sql and *.py filter of a folder with the stream's own "
-                                              "checks (Spark's parser and analyzer): one line per problem, "
-                                              "exit 1 when there is any.")
-    filters.add_argument("action", choices=["check"])
-    filters.add_argument("folder", nargs="?", help="filters folder (default: stream.filters_dir)")
+    filters = commands.add_parser("filters", help="check filters against an alert schema, or show their states",
+                                  description="check: check every *.sql and *.py filter of a folder with the "
+                                              "stream's own checks (Spark's parser and analyzer): one line per "
+                                              "problem, exit 1 when there is any.  status: each filter's state in "
+                                              "a stream (enabled, quarantined, broken, unused) and why.")
+    filters.add_argument("action", choices=["check", "status"])
+    filters.add_argument("folder", nargs="?", help="check: filters folder (default: stream.filters_dir)")
+    filters.add_argument("--name", help="status: the stream's name (default: topics.alerts)")
+    filters.add_argument("--state-dir", help="status: where the stream keeps its state (default: state_dir)")
     source = filters.add_mutually_exclusive_group()
     source.add_argument("--topic", help="check against the schema registered for this topic")
     source.add_argument("--schema", help="check against a schema file (.avsc) or an Avro container file (.avro)")
@@ -136,9 +139,11 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_filters(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    if args.action == "status":
+        return filters_status(cfg, args)
     from pipelines.filter_tools import check_filters, schema_for_check
 
-    cfg = load_config(args)
     folder = Path(args.folder) if args.folder else cfg.path("stream.filters_dir")
     described, schema = schema_for_check(cfg, args.topic, args.schema)
     valid, problems = check_filters(cfg, folder, schema)
@@ -146,6 +151,26 @@ def cmd_filters(args: argparse.Namespace) -> int:
         print(problem)
     print(f"{len(valid)} filter(s) OK, {len(problems)} problem(s) in {folder} against {described}")
     return 1 if problems else 0
+
+
+def filters_status(cfg: Config, args: argparse.Namespace) -> int:
+    """Print each filter's state as the stream last recorded it."""
+    import json
+
+    if args.state_dir:
+        cfg.set("state_dir", args.state_dir)
+    name = args.name or str(cfg.get("topics.alerts"))
+    path = cfg.state_dir / "run" / f"filters.{name}.json"
+    if not path.exists():
+        raise SkyfilterError(f"no filter states for stream '{name}' ({path}): has filter_stream.py run?")
+    states = json.loads(path.read_text())["filters"]
+    width = max(len(s["name"]) for s in states) if states else 4
+    for state in states:
+        reason = f"  {state['reason']}" if state["reason"] else ""
+        print(f"{state['name']:<{width}}  {state['kind']:<6}  {state['state']:<11}{reason}")
+    counts = {k: sum(s["state"] == k for s in states) for k in ("enabled", "quarantined", "broken", "unused")}
+    print(", ".join(f"{v} {k}" for k, v in counts.items()) + f" (stream '{name}')")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -1,0 +1,145 @@
+"""Quarantine: a Python filter that raises, or overruns its per-batch time budget, stops running.
+
+It is disabled from the next batch on, while the stream and every other
+filter go on.  Each quarantine is recorded three ways: a row in the Delta
+``filter_status`` table, one JSON message per subscribing broker on the
+errors topic (``topics.errors``: broker, filter, error, a sample alert id),
+and the stream's status file read by ``skyfilter filters status``.  A
+restarted stream keeps a filter quarantined until its file changes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pipelines.stream_plan import StreamPlan
+from pipelines.tables import append
+from skyfilter.config import Config
+from skyfilter.filter_loader import FilterProblem, load_filters
+from skyfilter.topics import ensure_topics
+
+STATUS_SCHEMA = T.StructType([
+    T.StructField("stream", T.StringType()), T.StructField("filter", T.StringType()),
+    T.StructField("digest", T.StringType()), T.StructField("state", T.StringType()),
+    T.StructField("reason", T.StringType()), T.StructField("brokers", T.ArrayType(T.StringType())),
+    T.StructField("sample_alert_id", T.StringType()), T.StructField("batch_id", T.LongType()),
+    T.StructField("at", T.TimestampType()),
+])
+
+
+@dataclass
+class FilterState:
+    """What `skyfilter filters status` shows for one filter."""
+
+    name: str
+    kind: str
+    state: str  # enabled | quarantined | broken | unused
+    reason: str = ""
+    digest: str = ""
+
+
+def status_file(cfg: Config, stream: str) -> Path:
+    """Where a stream keeps its filters' states."""
+    return cfg.state_dir / "run" / f"filters.{stream}.json"
+
+
+class Quarantine:
+    """Watches each batch's Python filter errors and timings; disables offenders."""
+
+    def __init__(self, spark: SparkSession, cfg: Config, plan: StreamPlan, filters_dir: Path, log=print):
+        self.spark = spark
+        self.cfg = cfg
+        self.plan = plan
+        self.log = log
+        self.budget = float(cfg.get("stream.filter_time_budget_s"))
+        self.errors_topic = str(cfg.get("topics.errors"))
+        self.table = plan.tables["filter_status"]
+        self.states = self._initial_states(filters_dir)
+        ensure_topics(cfg, plan.bootstrap, {self.errors_topic: 1})
+        self._resume()
+        self._save()
+
+    def _initial_states(self, filters_dir: Path) -> dict[str, FilterState]:
+        specs, _ = load_filters(filters_dir)
+        enabled = {s.name for s in self.plan.filters}
+        states = {s.name: FilterState(s.name, s.kind, "enabled" if s.name in enabled else "unused", "", s.digest)
+                  for s in specs}
+        for problem in self.plan.problems:
+            if isinstance(problem, FilterProblem):
+                name = problem.path.stem
+                kind = "python" if problem.path.suffix == ".py" else "sql"
+                states[name] = FilterState(name, kind, "broken", f"line {problem.line}: {problem.reason}")
+        return states
+
+    def _resume(self) -> None:
+        """Keep filters quarantined by an earlier run quarantined, unless their file changed since."""
+        if not (self.table / "_delta_log").exists():
+            return
+        rows = self.spark.read.format("delta").load(str(self.table)).where(F.col("stream") == self.plan.name) \
+            .orderBy("at").collect()
+        latest = {row.filter: row for row in rows}
+        for name, row in latest.items():
+            state = self.states.get(name)
+            if row.state == "quarantined" and state and state.state == "enabled" and state.digest == row.digest:
+                self._disable(name, f"still quarantined (since batch {row.batch_id}): {row.reason}")
+                self.log(f"filter '{name}' stays quarantined: its file has not changed since batch {row.batch_id}")
+
+    def _disable(self, name: str, reason: str) -> list[str]:
+        """Remove a filter from the plan; returns the brokers that subscribed to it."""
+        self.plan.filters = [f for f in self.plan.filters if f.name != name]
+        brokers = []
+        for broker in self.plan.brokers:
+            if name in broker.enabled_filters:
+                broker.enabled_filters.remove(name)
+                brokers.append(broker.name)
+        self.states[name].state, self.states[name].reason = "quarantined", reason
+        return brokers
+
+    def review(self, batch_id: int, stats: dict) -> list[str]:
+        """Quarantine every filter that failed or overran in this batch; returns their names."""
+        reasons = {name: (f"raised on batch {batch_id}: {error}", stats["samples"].get(name))
+                   for name, error in stats["errors"].items()}
+        for name, seconds in stats["seconds"].items():
+            if seconds > self.budget and name not in reasons:
+                reasons[name] = (f"took {seconds:.1f} s on batch {batch_id}, over its {self.budget:g} s budget", None)
+        if not reasons:
+            return []
+        now = dt.datetime.now(dt.UTC)
+        rows, events = [], []
+        for name, (reason, sample) in reasons.items():
+            brokers = self._disable(name, reason)
+            self.log(f"filter '{name}' quarantined from the next batch on: {reason}")
+            rows.append((self.plan.name, name, self.states[name].digest, "quarantined", reason, brokers,
+                         sample, batch_id, now))
+            events += [{"stream": self.plan.name, "broker": broker, "filter": name, "error": reason,
+                        "sample_alert_id": sample, "batch_id": batch_id, "time": now.isoformat()}
+                       for broker in brokers or [None]]
+        append(self.spark.createDataFrame(rows, STATUS_SCHEMA), self.table, f"skyfilter:{self.plan.name}:status",
+               batch_id)
+        self._publish(events)
+        self._save()
+        return list(reasons)
+
+    def _publish(self, events: list[dict]) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.plan.bootstrap, "acks": "all", "log_level": 3})
+        for event in events:
+            producer.produce(self.errors_topic, key=event["filter"].encode(), value=json.dumps(event).encode())
+        if producer.flush(30):
+            self.log(f"could not publish {len(events)} quarantine event(s) to '{self.errors_topic}'")
+
+    def _save(self) -> None:
+        path = status_file(self.cfg, self.plan.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"stream": self.plan.name, "updated_at": time.time(),
+                                    "filters": [asdict(s) for s in sorted(self.states.values(), key=lambda s: s.name)]},
+                                   indent=1))
