@@ -77,7 +77,7 @@ def trigger_options(cfg: Config, available_now: bool) -> tuple[dict, str]:
 
 def status_file(cfg: Config, name: str) -> Path:
     """Where a running stream says it runs (pid, query id), for tools and the demo."""
-    return cfg.state_dir / "run" / f"filter_stream.{name}.json"
+    return cfg.run_dir / f"filter_stream.{name}.json"
 
 
 def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:

@@ -46,11 +46,6 @@ class FilterState:
     digest: str = ""
 
 
-def status_file(cfg: Config, stream: str) -> Path:
-    """Where a stream keeps its filters' states."""
-    return cfg.state_dir / "run" / f"filters.{stream}.json"
-
-
 class Quarantine:
     """Watches each batch's Python filter errors and timings; disables offenders."""
 
@@ -138,7 +133,7 @@ class Quarantine:
             self.log(f"could not publish {len(events)} quarantine event(s) to '{self.errors_topic}'")
 
     def _save(self) -> None:
-        path = status_file(self.cfg, self.plan.name)
+        path = self.cfg.filter_states_file(self.plan.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"stream": self.plan.name, "updated_at": time.time(),
                                     "filters": [asdict(s) for s in sorted(self.states.values(), key=lambda s: s.name)]},

@@ -87,6 +87,7 @@ def restream(cfg: Config, messages: DataFrame, schema: dict, topic: str, speed: 
     from tqdm import tqdm
 
     bootstrap = cfg.bootstrap_servers
+    messages = messages.persist()  # re-encoding a night is costly: do it once for the checks and the send
     mismatched = messages.where(~F.coalesce(F.col("byte_identical"), F.lit(False))).count()
     if mismatched:
         raise SkyfilterError(f"{mismatched} archived alert(s) would not be restored byte for byte "
@@ -129,6 +130,7 @@ def restream(cfg: Config, messages: DataFrame, schema: dict, topic: str, speed: 
         bar.update(1)
     remaining = producer.flush(120)
     bar.close()
+    messages.unpersist()
     if failures or remaining:
         raise SkyfilterError(f"{len(failures) + remaining} message(s) not delivered to '{topic}': "
                              f"{failures[0] if failures else 'flush timed out'}")

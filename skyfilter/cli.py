@@ -160,7 +160,7 @@ def filters_status(cfg: Config, args: argparse.Namespace) -> int:
     if args.state_dir:
         cfg.set("state_dir", args.state_dir)
     name = args.name or str(cfg.get("topics.alerts"))
-    path = cfg.state_dir / "run" / f"filters.{name}.json"
+    path = cfg.filter_states_file(name)
     if not path.exists():
         raise SkyfilterError(f"no filter states for stream '{name}' ({path}): has filter_stream.py run?")
     states = json.loads(path.read_text())["filters"]

@@ -107,6 +107,15 @@ class Config:
         return self.state_dir / "checkpoints"
 
     @property
+    def run_dir(self) -> Path:
+        """Status, filter-state and error files of running jobs."""
+        return self.state_dir / "run"
+
+    def filter_states_file(self, stream: str) -> Path:
+        """Where a stream keeps its filters' states (read by `skyfilter filters status`)."""
+        return self.run_dir / f"filters.{stream}.json"
+
+    @property
     def bootstrap_servers(self) -> str:
         return str(self.get("kafka.bootstrap_servers"))
 
