@@ -1,7 +1,8 @@
 """What the stream does with each micro-batch, in order of urgency.
 
 1. decode and evaluate every filter once (cached for the steps below);
-2. deliver the matches to the broker topics through one Kafka write;
+2. cap each broker's matches per visit (``pipelines/caps.py``), then deliver
+   them to the broker topics through one Kafka write;
 3. archive the accepted alerts, the matches and any rejects to Delta,
    idempotently per batch (``txnAppId``/``txnVersion``), so a retried batch
    is never archived twice;
@@ -26,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.archive import record_schema, split_archive
+from pipelines.caps import VisitCaps
 from pipelines.decode import is_accepted
 from pipelines.fanout import MATCHES, evaluate, kafka_messages, match_rows
 from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, SAMPLE_SUFFIX, SECONDS_SUFFIX, filter_column
@@ -45,6 +47,7 @@ class StreamTotals:
     archived: int = 0
     matches_by_broker: Counter = field(default_factory=Counter)
     matches_by_filter: Counter = field(default_factory=Counter)
+    dropped_by_cap: Counter = field(default_factory=Counter)
     last_input_at: float = 0.0
 
 
@@ -62,6 +65,7 @@ class BatchProcessor:
         self.app_id = f"skyfilter:{plan.name}"
         self.totals = StreamTotals()
         self.quarantine = quarantine
+        self.caps = VisitCaps(spark, plan.tables["broker_visits"], self.app_id)
         self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema) \
             if plan.cfg.get("stream.nightly_topics.enabled", False) else None
 
@@ -88,18 +92,22 @@ class BatchProcessor:
         plan = self.plan
         evaluated = evaluate(plan.decode(batch), plan.filters, plan.brokers).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            matches = match_rows(evaluated)
-            kafka_messages(matches, plan.nocutouts).write.format("kafka").options(**self.kafka_options).save()
+            matches, capped = self.caps.apply(match_rows(evaluated), plan.brokers)
+            kafka_messages(matches, plan.encodings).write.format("kafka").options(**self.kafka_options).save()
             delivered = time.time()
             stats = self._stats(evaluated, delivered)
             if stats["input_alerts"] == 0:
                 return
+            stats["matches"] = capped.delivered
+            stats["by_broker"] = {b.name: 0 for b in plan.brokers} | capped.delivered_by_broker
+            stats["dropped_by_broker"] = {b: n for b, n in capped.dropped_by_broker.items() if n}
             self.totals.last_input_at = delivered
             if self.quarantine is not None:
                 self.quarantine.review(batch_id, stats)
             if self.nightly is not None:
                 self.nightly.write(evaluated.where(is_accepted()), self.kafka_options)
             self._archive(evaluated, matches, batch_id, stats)
+            self.caps.record(capped, batch_id)
             self._record(batch_id, started, delivered, stats)
         finally:
             evaluated.unpersist()
@@ -113,7 +121,6 @@ class BatchProcessor:
             F.count_if(~accepted).alias("rejected"),
             F.percentile_approx(latency, [0.5, 0.95, 0.99], 10000).alias("latency"),
             F.max(latency).alias("latency_max"),
-            F.sum(F.size(MATCHES)).alias("matches"),
         ]
         for spec in self.plan.filters:
             aggregates.append(F.count_if(F.col(filter_column(spec.name))).alias(f"f:{spec.name}"))
@@ -122,16 +129,13 @@ class BatchProcessor:
                 aggregates += [F.first(side[spec.name + ERROR_SUFFIX], ignorenulls=True).alias(f"e:{spec.name}"),
                                F.first(side[spec.name + SAMPLE_SUFFIX], ignorenulls=True).alias(f"s:{spec.name}"),
                                F.sum(side[spec.name + SECONDS_SUFFIX]).alias(f"t:{spec.name}")]
-        for broker in self.plan.brokers:
-            aggregates.append(F.count_if(F.exists(MATCHES, _is_broker(broker.name))).alias(f"b:{broker.name}"))
         row = evaluated.agg(*aggregates).first().asDict()
         percentiles = row["latency"] or [None, None, None]
         return {
             "input_alerts": row["input_alerts"], "rejected": row["rejected"],
-            "archived": row["input_alerts"] - row["rejected"], "matches": row["matches"] or 0,
+            "archived": row["input_alerts"] - row["rejected"],
             "latency": percentiles, "latency_max": row["latency_max"],
             "by_filter": {k[2:]: v for k, v in row.items() if k.startswith("f:")},
-            "by_broker": {k[2:]: v for k, v in row.items() if k.startswith("b:")},
             "errors": {k[2:]: v for k, v in row.items() if k.startswith("e:") and v},
             "samples": {k[2:]: v for k, v in row.items() if k.startswith("s:") and v},
             "seconds": {k[2:]: v or 0.0 for k, v in row.items() if k.startswith("t:")},
@@ -178,6 +182,10 @@ class BatchProcessor:
         totals.archived += stats["archived"]
         totals.matches_by_broker.update(stats["by_broker"])
         totals.matches_by_filter.update(stats["by_filter"])
+        totals.dropped_by_cap.update(stats["dropped_by_broker"])
+        if stats["dropped_by_broker"]:
+            self.log(f"batch {batch_id}: over max_alerts_per_visit, not sent: " + ", ".join(
+                f"{broker} {count}" for broker, count in sorted(stats["dropped_by_broker"].items())))
         for name, error in stats["errors"].items():
             self.log(f"batch {batch_id}: Python filter '{name}' failed, no matches from it in this batch: {error}")
         if stats["rejected"]:
@@ -186,10 +194,6 @@ class BatchProcessor:
         self.log(f"batch {batch_id}: {stats['input_alerts']} alerts, {stats['matches']} matches, "
                  f"delivered in {delivered - started:.2f} s, done in {finished - started:.2f} s, "
                  f"latency p50 {_sec(p50)} p99 {_sec(p99)}")
-
-
-def _is_broker(name: str):
-    return lambda match: match["broker"] == name
 
 
 def _ts(seconds: float) -> dt.datetime:

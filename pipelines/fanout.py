@@ -2,8 +2,8 @@
 
 Every (alert, broker) match becomes one row with a ``topic`` column so one
 Kafka sink serves every broker.  ``full`` sends the input bytes unchanged;
-``nocutouts`` re-encodes the alert without its cutout fields under the
-reduced schema's own id.  Headers: ``filters`` (matched filter names,
+``nocutouts`` and ``lite`` re-encode the alert under their own registered
+schema (see ``pipelines/outputs.py``).  Headers: ``filters`` (matched filter names,
 comma-separated), ``alert_id`` (for de-duplication) and ``input_time``
 (input Kafka timestamp, ms, for end-to-end latency).
 """
@@ -26,12 +26,17 @@ MATCHES = "_matches"
 
 
 @dataclass(frozen=True)
-class NoCutouts:
-    """The reduced schema brokers with ``format: nocutouts`` receive."""
+class Encoding:
+    """How a broker's messages are re-encoded: a registered schema and the columns that fill it."""
 
     schema_json: str
     schema_id: int
-    fields: list[str]
+    columns: tuple[tuple[str, str], ...]  # (field name, SQL expression over the alert's columns)
+
+    def value(self) -> Column:
+        """The Confluent-framed Avro value of one alert under this encoding."""
+        record = F.struct(*[F.expr(expression).alias(name) for name, expression in self.columns])
+        return F.concat(F.lit(bytearray(frame(self.schema_id, b""))), to_avro(record, self.schema_json))
 
 
 def add_matches(evaluated: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
@@ -65,13 +70,14 @@ def _header(key: str, value: Column) -> Column:
     return F.struct(F.lit(key).alias("key"), F.encode(value, "UTF-8").alias("value"))
 
 
-def kafka_messages(matches: DataFrame, nocutouts: NoCutouts | None) -> DataFrame:
-    """The rows the Kafka sink writes: topic, key, value, headers."""
+def kafka_messages(matches: DataFrame, encodings: dict[str, Encoding]) -> DataFrame:
+    """The rows the Kafka sink writes: topic, key, value, headers (brokers without an encoding get the input bytes)."""
     value = F.col("kafka_value")
-    if nocutouts is not None:
-        reduced = F.concat(F.lit(bytearray(frame(nocutouts.schema_id, b""))),
-                           to_avro(F.struct(*nocutouts.fields), nocutouts.schema_json))
-        value = F.when(F.col("match.format") == "nocutouts", reduced).otherwise(value)
+    by_encoding: dict[Encoding, list[str]] = {}
+    for broker, encoding in encodings.items():
+        by_encoding.setdefault(encoding, []).append(broker)
+    for encoding, brokers in by_encoding.items():
+        value = F.when(F.col("match.broker").isin(brokers), encoding.value()).otherwise(value)
     headers = F.array(
         _header("filters", F.array_join("match.filters", ",")),
         _header("alert_id", F.col("alert_id")),

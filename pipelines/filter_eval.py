@@ -8,18 +8,17 @@ for that batch and its error travels back to the driver in a side column.
 
 from __future__ import annotations
 
-import difflib
 import logging
-import re
 import time
 
 import pandas as pd
-from pyspark.errors import AnalysisException, ParseException
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.functions import pandas_udf
 
+from pipelines.sql_filters import analyze_sql, explain
 from skyfilter.filter_loader import FilterProblem, FilterSpec, filter_function
 
 PYTHON_COLUMN = "_python_filters"
@@ -64,16 +63,10 @@ def validate_filters(frame: DataFrame, specs: list[FilterSpec]) -> tuple[list[Fi
 
 
 def _check_sql(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> FilterProblem | None:
-    try:
-        data_type = frame.select(F.expr(spec.condition).alias("verdict")).schema[0].dataType
-    except ParseException as exc:
-        found = re.search(r"line (\d+), pos (\d+)", str(exc))
-        line = int(found.group(1)) if found else 1
-        return FilterProblem(spec.path, line, f"SQL syntax error: {_first_line(exc)}")
-    except AnalysisException as exc:
-        return FilterProblem(spec.path, _line_of(spec, exc), _explain(exc, paths))
-    if not isinstance(data_type, T.BooleanType):
-        return FilterProblem(spec.path, 1, f"condition is of type {data_type.simpleString()}, not boolean")
+    shape = analyze_sql(frame, spec, paths)
+    if isinstance(shape, FilterProblem):
+        return shape
+    spec.condition, spec.selects = shape.condition, shape.selects
     return None
 
 
@@ -82,37 +75,8 @@ def _check_python(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> Filte
         try:
             _ = frame.select(F.col(column)).schema
         except AnalysisException as exc:
-            return FilterProblem(spec.path, spec.line, _explain(exc, paths, column))
+            return FilterProblem(spec.path, spec.line, explain(exc, paths, column))
     return None
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return re.sub(r"\s*SQLSTATE: \w+\.?;?.*$", "", text)
-
-
-def _line_of(spec: FilterSpec, exc: AnalysisException) -> int:
-    for context in exc.getQueryContext() or []:
-        try:
-            return spec.source[: context.startIndex()].count("\n") + 1
-        except Exception:  # noqa: BLE001 - a context without a position
-            continue
-    return 1
-
-
-def _explain(exc: AnalysisException, paths: list[str], column: str | None = None) -> str:
-    """A plain reason for an analysis error, with the closest column name when it is a typo."""
-    condition = exc.getCondition() if hasattr(exc, "getCondition") else exc.getErrorClass()
-    params = exc.getMessageParameters() or {}
-    if condition and (condition.startswith("UNRESOLVED_COLUMN") or condition == "FIELD_NOT_FOUND"):
-        name = column or (exc.getQueryContext()[0].fragment() if exc.getQueryContext() else "")
-        name = name or params.get("objectName", params.get("fieldName", "")).replace("`", "")
-        close = difflib.get_close_matches(name, paths, n=1, cutoff=0.6)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        return f"unknown column '{name}'{hint}"
-    if condition == "UNRESOLVED_ROUTINE":
-        return f"unknown function {params.get('routineName', '')}"
-    return _first_line(exc)
 
 
 # --------------------------------------------------------------------------- evaluation

@@ -174,7 +174,9 @@ def summary_lines(totals: StreamTotals) -> list[str]:
     lines = [f"{totals.batches} batch(es): {totals.input_alerts} alerts in, {totals.archived} archived, "
              f"{totals.rejected} rejected"]
     lines += [f"  filter {name}: {count} matches" for name, count in sorted(totals.matches_by_filter.items())]
-    lines += [f"  broker {name}: {count} alerts" for name, count in sorted(totals.matches_by_broker.items())]
+    lines += [f"  broker {name}: {count} alerts" + (f" ({totals.dropped_by_cap[name]} more over max_alerts_per_visit)"
+                                                    if totals.dropped_by_cap[name] else "")
+              for name, count in sorted(totals.matches_by_broker.items())]
     return lines
 
 

@@ -29,8 +29,9 @@ from pyspark.sql import functions as F  # noqa: E402
 from pipelines.fanout import evaluate, kafka_messages, match_rows  # noqa: E402
 from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.night_reader import NightSelection, parse_visits, read_messages  # noqa: E402
+from pipelines.outputs import prepare_outputs  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
-from pipelines.stream_plan import configured_cutouts, prepare_outputs, resolve_filters  # noqa: E402
+from pipelines.stream_plan import configured_cutouts, resolve_filters  # noqa: E402
 from pipelines.tables import table_paths  # noqa: E402
 from skyfilter.config import Config  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
@@ -147,8 +148,8 @@ def refilter(spark, cfg: Config, messages: DataFrame, schema: dict, args: argpar
     evaluated = evaluate(frame, filters, brokers).persist()
     matches = match_rows(evaluated)
     if args.to_brokers:
-        nocutouts = prepare_outputs(cfg, schema, configured_cutouts(cfg, schema), brokers)
-        kafka_messages(matches, nocutouts).write.format("kafka") \
+        encodings = prepare_outputs(cfg, frame, schema, configured_cutouts(cfg, schema), brokers, filters)
+        kafka_messages(matches, encodings).write.format("kafka") \
             .option("kafka.bootstrap.servers", cfg.bootstrap_servers) \
             .option("kafka.max.request.size", str(int(cfg.get("kafka.max_message_bytes")))).save()
     table = Path(args.matches_table) if args.matches_table else cfg.delta_dir / name / "rematches"

@@ -15,17 +15,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from pipelines.decode import decode, reserved_columns
-from pipelines.fanout import NoCutouts
+from pipelines.fanout import Encoding
 from pipelines.filter_eval import validate_filters
+from pipelines.outputs import prepare_outputs
 from pipelines.tables import table_paths
 from skyfilter.alert_columns import AlertColumns, detect
-from skyfilter.avro_schemas import cutout_fields, schema_text, without_fields
+from skyfilter.avro_schemas import cutout_fields, schema_text
 from skyfilter.brokers import BrokerSpec, load_brokers
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 from skyfilter.filter_loader import FilterProblem, FilterSpec, load_filters
 from skyfilter.registry import open_registry, subject_for
-from skyfilter.topics import ensure_topics
 
 KAFKA_SOURCE_SCHEMA = T.StructType([
     T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
@@ -47,7 +47,7 @@ class StreamPlan:
     columns: AlertColumns
     filters: list[FilterSpec]
     brokers: list[BrokerSpec]
-    nocutouts: NoCutouts | None
+    encodings: dict[str, Encoding]
     cutouts: list[str]
     tables: dict[str, Path]
     checkpoint: Path
@@ -111,20 +111,6 @@ def configured_cutouts(cfg: Config, definition: dict) -> list[str]:
     return cutout_fields(definition) if cutouts in (None, "auto") else list(cutouts)
 
 
-def prepare_outputs(cfg: Config, definition: dict, cutouts: list[str], brokers: list[BrokerSpec]) -> NoCutouts | None:
-    """Create the broker topics; register the reduced schema of ``nocutouts`` brokers."""
-    nocutouts = None
-    if any(b.format == "nocutouts" for b in brokers):
-        registry = open_registry(cfg, cfg.bootstrap_servers)
-        reduced = without_fields(definition, cutouts)
-        reduced_id = 0
-        for broker in (b for b in brokers if b.format == "nocutouts"):
-            reduced_id = registry.register(subject_for(broker.topic), reduced)
-        nocutouts = NoCutouts(schema_text(reduced), reduced_id, [f["name"] for f in reduced["fields"]])
-    ensure_topics(cfg, cfg.bootstrap_servers, {b.topic: int(cfg.get("topics.broker_partitions")) for b in brokers})
-    return nocutouts
-
-
 def template_frame(spark: SparkSession, cfg: Config, schema_id: int, text: str) -> tuple[DataFrame, AlertColumns]:
     """An empty frame with exactly the columns filters see for this schema (what decode produces)."""
     definition = json.loads(text)
@@ -146,9 +132,9 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
     offset = float(cfg.get("stream.night_offset_hours"))
     enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
     cutouts = configured_cutouts(cfg, definition)
-    nocutouts = prepare_outputs(cfg, definition, cutouts, brokers)
+    encodings = prepare_outputs(cfg, template, definition, cutouts, brokers, enabled)
     return StreamPlan(
         name=name, topic=topic, bootstrap=cfg.bootstrap_servers, schema_id=schema_id, schema=definition,
-        columns=columns, filters=enabled, brokers=brokers, nocutouts=nocutouts, cutouts=cutouts,
+        columns=columns, filters=enabled, brokers=brokers, encodings=encodings, cutouts=cutouts,
         tables=table_paths(cfg, name), checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset,
         problems=problems, cfg=cfg)

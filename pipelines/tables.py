@@ -5,7 +5,8 @@ Each input topic gets its own set of tables under ``<state_dir>/delta/<name>/``
 partitioned by night, without its images), ``cutouts`` (the images, by night),
 ``schemas`` (writer schemas by id), ``matches`` (every alert-broker match, by night),
 ``metrics`` (one row per micro-batch) and ``rejects`` (messages that could not
-be decoded, with their bytes and the reason) and ``filter_status`` (quarantines).
+be decoded, with their bytes and the reason), ``filter_status`` (quarantines)
+and ``broker_visits`` (per broker and visit: matched, delivered, dropped by the cap).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pyspark.sql import types as T
 
 from skyfilter.config import Config
 
-TABLES = ("alerts", "cutouts", "schemas", "matches", "metrics", "rejects", "filter_status")
+TABLES = ("alerts", "cutouts", "schemas", "matches", "metrics", "rejects", "filter_status", "broker_visits")
 
 METRICS_SCHEMA = T.StructType([
     T.StructField("stream", T.StringType()),

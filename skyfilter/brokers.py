@@ -1,4 +1,4 @@
-"""Downstream brokers (``conf/brokers.yaml``): each one's filters, output topic and format."""
+"""Downstream brokers (``conf/brokers.yaml``): each one's filters, output topic, format and per-visit cap."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import yaml
 
 from skyfilter.errors import SkyfilterError
 
-FORMATS = ("full", "nocutouts")
+FORMATS = ("full", "nocutouts", "lite")
+DEFAULT_MAX_ALERTS_PER_VISIT = 20  # Rubin's numBrokerAlerts: "100 users x 20 full alerts per visit"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -23,6 +24,7 @@ class BrokerSpec:
     topic: str
     format: str = "full"
     line: int = 1
+    max_alerts_per_visit: int | None = DEFAULT_MAX_ALERTS_PER_VISIT  # None: no cap
     enabled_filters: list[str] = field(default_factory=list)
 
 
@@ -41,7 +43,11 @@ def default_topic(broker: str) -> str:
 
 
 def load_brokers(path: str | Path) -> list[BrokerSpec]:
-    """Read a brokers file; a malformed entry is a one-line error with file and line."""
+    """Read a brokers file; a malformed entry is a one-line error with file and line.
+
+    A top-level ``max_alerts_per_visit`` sets the cap of every broker that does
+    not set its own (default 20); ``null`` means no cap.
+    """
     path = Path(path)
     if not path.exists():
         raise SkyfilterError(f"brokers file not found: {path}")
@@ -54,6 +60,7 @@ def load_brokers(path: str | Path) -> list[BrokerSpec]:
     entries = data.get("brokers")
     if not isinstance(entries, dict) or len(entries) <= 1:
         raise SkyfilterError(f"{path}:1: expected a 'brokers:' mapping with at least one broker")
+    default_cap = _cap(data.get("max_alerts_per_visit", DEFAULT_MAX_ALERTS_PER_VISIT), f"{path}:1")
     brokers, topics = [], {}
     for name, entry in entries.items():
         if name == "__line__":
@@ -69,7 +76,7 @@ def load_brokers(path: str | Path) -> list[BrokerSpec]:
             filters = [filters]
         if not filters or not all(isinstance(f, str) for f in filters):
             raise SkyfilterError(f"{where}: 'filters' must list at least one filter name")
-        unknown = set(entry) - {"filters", "topic", "format", "__line__"}
+        unknown = set(entry) - {"filters", "topic", "format", "max_alerts_per_visit", "__line__"}
         if unknown:
             raise SkyfilterError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))}")
         fmt = str(entry.get("format", "full"))
@@ -79,5 +86,14 @@ def load_brokers(path: str | Path) -> list[BrokerSpec]:
         if topic in topics:
             raise SkyfilterError(f"{where}: topic '{topic}' is already used by broker '{topics[topic]}'")
         topics[topic] = name
-        brokers.append(BrokerSpec(str(name), list(dict.fromkeys(filters)), topic, fmt, line))
+        cap = _cap(entry["max_alerts_per_visit"], where) if "max_alerts_per_visit" in entry else default_cap
+        brokers.append(BrokerSpec(str(name), list(dict.fromkeys(filters)), topic, fmt, line, cap))
     return brokers
+
+
+def _cap(value, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SkyfilterError(f"{where}: max_alerts_per_visit must be a whole number >= 0, or null for no cap")
+    return value

@@ -126,7 +126,7 @@ def _print_summary(cfg: Config, bootstrap: str, produced: int, stream_lines: lis
     print("\n=== demo summary ===")
     print(f"alerts produced:        {produced}")
     for line in stream_lines:
-        if line.startswith(("1 batch", "  filter ")) or " batch(es): " in line:
+        if line.startswith(("1 batch", "  filter ", "  broker ")) or " batch(es): " in line:
             print(f"stream: {line.strip()}")
     latencies = []
     for broker in brokers:

@@ -43,11 +43,8 @@ class FilterSpec:
     columns: list[str] = field(default_factory=list)
     function_name: str = ""
     line: int = 1
-
-    @property
-    def condition(self) -> str:
-        """The SQL boolean expression (SQL filters only)."""
-        return self.source
+    condition: str = ""  # SQL: the WHERE condition, once checked against a schema
+    selects: tuple[tuple[str, str], ...] = ()  # SQL full form: (column name, expression) of the lite payload
 
     @property
     def digest(self) -> str:
@@ -78,16 +75,17 @@ def load_filters(folder: str | Path) -> tuple[list[FilterSpec], list[FilterProbl
 
 
 def load_sql_filter(path: Path) -> FilterSpec | FilterProblem:
-    """A SQL filter: the file holds one boolean condition over the alert's columns."""
+    """A SQL filter: one boolean condition, or ``SELECT <columns> FROM alerts WHERE <condition>``.
+
+    Its form and validity are settled by Spark's parser and analyzer
+    (``pipelines/sql_filters.py``); here only an empty file is refused.
+    """
     source = path.read_text()
-    code = re.sub(r"--[^\n]*", "", source)
-    code = re.sub(r"/\*.*?\*/", "", code, flags=re.S)
+    code = re.sub(r"--[^\n]*|/\*.*?\*/", "", source, flags=re.S)
     if not code.strip():
         return FilterProblem(path, 1, "empty filter: write a boolean condition, e.g. diaSource.snr > 5")
-    if code.strip().rstrip(";").count(";"):
-        line = source[: source.index(";")].count("\n") + 1
-        return FilterProblem(path, line, "a filter is one condition, not several statements")
-    return FilterSpec(path.stem, path, "sql", source.rstrip().rstrip(";"))
+    text = source.rstrip().removesuffix(";").rstrip()
+    return FilterSpec(path.stem, path, "sql", text, condition=text)
 
 
 def load_python_filter(path: Path) -> FilterSpec | FilterProblem:

@@ -8,7 +8,7 @@ from skyfilter.cli import main
 
 def test_repository_filters_pass_against_the_simulated_rubin_schema(spark, capsys):
     assert main(["filters", "check", str(ROOT / "filters")]) == 0
-    assert "4 filter(s) OK, 0 problem(s)" in capsys.readouterr().out
+    assert "5 filter(s) OK, 0 problem(s)" in capsys.readouterr().out
 
 
 def test_problems_are_listed_one_per_line_against_a_real_schema(spark, tmp_path, capsys):

@@ -51,7 +51,7 @@ def kill_job(process: subprocess.Popen, checkpoint) -> bool:
 
 def test_archive_is_exact_after_three_sigkills(kafka_cfg, spark, tmp_path):
     write_files(tmp_path / "filters", {"some.sql": "diaSource.snr > 15"})
-    (tmp_path / "brokers.yaml").write_text("brokers:\n  kill_b:\n    filters: [some]\n")
+    (tmp_path / "brokers.yaml").write_text("max_alerts_per_visit: null\nbrokers:\n  kill_b:\n    filters: [some]\n")
     produced = []
     producer = threading.Thread(target=lambda: produced.append(produce(kafka_cfg, ProduceOptions(
         topic=TOPIC, visits=8, alerts_per_visit=30, interval_s=4.0, stamps=True, seed=21, night="2026-11-12",

@@ -22,7 +22,7 @@ def snapshot(spark, path) -> list:
 
 def test_maintenance_compacts_small_files_and_keeps_the_data(kafka_cfg, spark, tmp_path):
     write_files(tmp_path / "filters", {"any.sql": "diaSource.snr > 10"})
-    (tmp_path / "brokers.yaml").write_text("brokers:\n  maint_b:\n    filters: [any]\n")
+    (tmp_path / "brokers.yaml").write_text("max_alerts_per_visit: null\nbrokers:\n  maint_b:\n    filters: [any]\n")
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=30, interval_s=0.0, stamps=False,
                                       seed=5, night="2026-11-10", progress=False), log=lambda line: None)
     args = stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",

@@ -37,7 +37,7 @@ def test_failing_python_filter_does_not_stop_the_others_and_restart_resumes(kafk
     topic = "behaviour.alerts"
     write_files(tmp_path / "filters", {"raises.py": RAISES_PY, "everything.sql": "diaSource.snr > 0"})
     (tmp_path / "brokers.yaml").write_text(
-        "brokers:\n  beh_all:\n    filters: [raises, everything]\n")
+        "max_alerts_per_visit: null\nbrokers:\n  beh_all:\n    filters: [raises, everything]\n")
     options = dict(topic=topic, visits=1, alerts_per_visit=30, interval_s=0.0, stamps=False, progress=False)
     produce(kafka_cfg, ProduceOptions(night="2026-11-18", **options), log=lambda line: None)
     lines: list[str] = []

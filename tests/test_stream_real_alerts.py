@@ -29,6 +29,7 @@ def ztf_real(rb):
 ''',
 }
 ZTF_BROKERS = """
+max_alerts_per_visit: null  # these tests compare every match
 brokers:
   ztf_full:
     filters: [ztf_bright, ztf_real]
@@ -53,6 +54,7 @@ def lsst_reliable(reliability):
 ''',
 }
 LSST_BROKERS = """
+max_alerts_per_visit: null  # these tests compare every match
 brokers:
   lsst_full:
     filters: [lsst_snr, lsst_reliable]

@@ -52,6 +52,7 @@ def typo_py(snr, band):
 '''
 
 BROKERS = """
+max_alerts_per_visit: null  # these tests compare every match
 brokers:
   sim_full:
     filters: [bright, negative]

@@ -61,7 +61,6 @@ def test_filter_loader_reports_file_line_and_reason(tmp_path):
     folder = write_files(tmp_path, {
         "good.sql": "-- comment\ndiaSource.snr > 5",
         "empty.sql": "-- only a comment\n",
-        "two.sql": "a > 1;\nb > 2",
         "syntax.py": "from skyfilter import alert_filter\n\n@alert_filter(columns=['a'])\ndef f(a)\n    return a\n",
         "crash.py": "x = 1\nraise RuntimeError('boom')\n",
         "none.py": "def f(a):\n    return a\n",
@@ -71,7 +70,6 @@ def test_filter_loader_reports_file_line_and_reason(tmp_path):
     assert [s.name for s in specs] == ["good"]
     found = {p.path.name: (p.line, p.reason) for p in problems}
     assert found["empty.sql"][1].startswith("empty filter")
-    assert found["two.sql"] == (1, "a filter is one condition, not several statements")
     assert found["syntax.py"][0] == 4 and "syntax error" in found["syntax.py"][1]
     assert found["crash.py"] == (2, "import failed: RuntimeError: boom")
     assert "no function decorated" in found["none.py"][1]
@@ -88,10 +86,20 @@ def test_brokers_file_defaults_and_errors(tmp_path):
     path.write_text("brokers:\n  a:\n    filters: [x]\n  b:\n    filters: y\n    format: nocutouts\n    topic: out.b\n")
     a, b = load_brokers(path)
     assert (a.topic, a.format, b.topic, b.format, b.filters) == ("filtered.a", "full", "out.b", "nocutouts", ["y"])
-    path.write_text("brokers:\n  a:\n    filters: [x]\n    format: lite\n")
-    with pytest.raises(SkyfilterError, match=r"brokers.yaml:3: broker 'a': format 'lite' is not one of"):
+    assert (a.max_alerts_per_visit, b.max_alerts_per_visit) == (20, 20)
+    path.write_text("max_alerts_per_visit: 50\nbrokers:\n  a:\n    filters: [x]\n    format: lite\n"
+                    "  b:\n    filters: [y]\n    max_alerts_per_visit: null\n"
+                    "  c:\n    filters: [z]\n    max_alerts_per_visit: 3\n")
+    assert [(b.format, b.max_alerts_per_visit) for b in load_brokers(path)] == [("lite", 50), ("full", None),
+                                                                                ("full", 3)]
+    path.write_text("brokers:\n  a:\n    filters: [x]\n    format: tiny\n")
+    with pytest.raises(SkyfilterError, match=r"brokers.yaml:3: broker 'a': format 'tiny' is not one of"):
         load_brokers(path)
-    assert {b.name for b in load_brokers(ROOT / "conf" / "brokers.yaml")} == {"transients", "galactic", "red_reliable"}
+    path.write_text("brokers:\n  a:\n    filters: [x]\n    max_alerts_per_visit: -1\n")
+    with pytest.raises(SkyfilterError, match=r"brokers.yaml:3: broker 'a': max_alerts_per_visit must be"):
+        load_brokers(path)
+    assert {b.name for b in load_brokers(ROOT / "conf" / "brokers.yaml")} == {"transients", "galactic", "red_reliable",
+                                                                        "summaries"}
 
 
 def test_filter_verdicts_must_be_booleans_of_the_right_length():

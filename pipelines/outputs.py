@@ -1,0 +1,75 @@
+"""What each broker's topic receives: the topic itself and, unless ``full``, the schema of its messages.
+
+* ``full``: the input message bytes unchanged (cutouts included);
+* ``nocutouts``: the alert without its cutout fields, one reduced schema
+  registered for every such broker's topic;
+* ``lite``: a small flat record of the columns the broker's SQL filters
+  select (``SELECT <columns> FROM alerts WHERE ...``); the union over the
+  broker's filters, in filter order, or just ``alert_id`` when none selects
+  any.  Its Avro schema is derived from the columns' Spark types and
+  registered under the broker topic's subject.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pipelines.fanout import Encoding
+from skyfilter.avro_schemas import schema_text, without_fields
+from skyfilter.brokers import BrokerSpec
+from skyfilter.config import Config
+from skyfilter.errors import SkyfilterError
+from skyfilter.filter_loader import FilterSpec
+from skyfilter.registry import open_registry, subject_for
+from skyfilter.topics import ensure_topics
+
+LITE_NAMESPACE = "skyfilter.lite"
+
+
+def lite_columns(broker: BrokerSpec, filters: list[FilterSpec]) -> tuple[tuple[str, str], ...]:
+    """The (name, expression) pairs of a ``lite`` broker's record."""
+    by_name = {spec.name: spec for spec in filters}
+    columns: dict[str, str] = {}
+    for filter_name in broker.enabled_filters:
+        for name, expression in by_name[filter_name].selects:
+            if columns.setdefault(name, expression) != expression:
+                raise SkyfilterError(f"broker '{broker.name}': filters select two different columns named '{name}' "
+                                     f"({columns[name]} and {expression}); rename one with AS")
+    return tuple(columns.items()) or (("alert_id", "alert_id"),)
+
+
+def lite_schema(template: DataFrame, broker: BrokerSpec, columns: tuple[tuple[str, str], ...]) -> dict:
+    """The Avro record of a ``lite`` broker, from the Spark types of its columns (what ``to_avro`` writes)."""
+    struct = template.select(F.struct(*[F.expr(e).alias(n) for n, e in columns]).alias("lite")).schema[0].dataType
+    jvm = template.sparkSession._jvm
+    data_type = template.sparkSession._jsparkSession.parseDataType(struct.json())
+    record = re.sub(r"[^A-Za-z0-9_]", "_", broker.name)
+    avro = jvm.org.apache.spark.sql.avro.SchemaConverters.toAvroType(data_type, False, record, LITE_NAMESPACE)
+    definition = json.loads(avro.toString())
+    definition["doc"] = f"skyfilter lite alerts of broker {broker.name}"
+    return definition
+
+
+def prepare_outputs(cfg: Config, template: DataFrame, definition: dict, cutouts: list[str],
+                    brokers: list[BrokerSpec], filters: list[FilterSpec]) -> dict[str, Encoding]:
+    """Create the broker topics and register their schemas; the encoding of every non-``full`` broker."""
+    encodings: dict[str, Encoding] = {}
+    registry = open_registry(cfg, cfg.bootstrap_servers) if any(b.format != "full" for b in brokers) else None
+    reduced = without_fields(definition, cutouts)
+    for broker in brokers:
+        if broker.format == "nocutouts":
+            columns = tuple((f["name"], f"`{f['name']}`") for f in reduced["fields"])
+            schema = reduced
+        elif broker.format == "lite":
+            columns = lite_columns(broker, filters)
+            schema = lite_schema(template, broker, columns)
+        else:
+            continue
+        schema_id = registry.register(subject_for(broker.topic), schema)
+        encodings[broker.name] = Encoding(schema_text(schema), schema_id, columns)
+    ensure_topics(cfg, cfg.bootstrap_servers, {b.topic: int(cfg.get("topics.broker_partitions")) for b in brokers})
+    return encodings
