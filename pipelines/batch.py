@@ -33,6 +33,7 @@ from pipelines.fanout import MATCHES, evaluate, kafka_messages, match_rows
 from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, SAMPLE_SUFFIX, SECONDS_SUFFIX, filter_column
 from pipelines.nightly_topics import NightlyTopics
 from pipelines.quarantine import Quarantine
+from pipelines.reload import PlanReloader
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
 from pipelines.tables import METRICS_SCHEMA, append
 
@@ -55,7 +56,7 @@ class BatchProcessor:
     """The ``foreachBatch`` function of the stream job."""
 
     def __init__(self, spark: SparkSession, plan: StreamPlan, trigger: str, kafka_options: dict[str, str],
-                 log=print, quarantine: Quarantine | None = None):
+                 log=print, quarantine: Quarantine | None = None, reloader: PlanReloader | None = None):
         self.spark = spark
         self.plan = plan
         self.trigger = trigger
@@ -65,6 +66,7 @@ class BatchProcessor:
         self.app_id = f"skyfilter:{plan.name}"
         self.totals = StreamTotals()
         self.quarantine = quarantine
+        self.reloader = reloader
         self.caps = VisitCaps(spark, plan.tables["broker_visits"], self.app_id)
         self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema) \
             if plan.cfg.get("stream.nightly_topics.enabled", False) else None
@@ -89,6 +91,8 @@ class BatchProcessor:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
+        if self.reloader is not None and self.reloader.check() and self.quarantine is not None:
+            self.quarantine.refresh()
         plan = self.plan
         evaluated = evaluate(plan.decode(batch), plan.filters, plan.brokers).persist(StorageLevel.MEMORY_AND_DISK)
         try:

@@ -59,7 +59,8 @@ class CapDecision:
 class VisitCaps:
     """Applies the brokers' per-visit caps across the batches of a stream."""
 
-    def __init__(self, spark: SparkSession, table: Path, app_id: str):
+    def __init__(self, spark: SparkSession, table: Path | None = None, app_id: str = ""):
+        """``table``: the ``broker_visits`` table to resume from and record to (None: a one-off batch)."""
         self.spark = spark
         self.table = table
         self.app_id = app_id
@@ -67,7 +68,7 @@ class VisitCaps:
         self._resume()
 
     def _resume(self) -> None:
-        if not (self.table / "_delta_log").exists():
+        if self.table is None or not (self.table / "_delta_log").exists():
             return
         history = self.spark.read.format("delta").load(str(self.table))
         nights = history.select("night").distinct().orderBy(F.desc("night")).limit(RECENT_NIGHTS)

@@ -24,6 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 from pipelines.batch import BatchProcessor, StreamTotals  # noqa: E402
 from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.quarantine import Quarantine  # noqa: E402
+from pipelines.reload import PlanReloader  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.stream_plan import StreamPlan, build_plan, wait_for_schema  # noqa: E402
 from skyfilter.config import Config  # noqa: E402
@@ -99,10 +100,13 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
         f"{len(plan.filters)} filter(s) enabled for {len(plan.brokers)} broker(s)")
     trigger, label = trigger_options(cfg, args.available_now)
     max_bytes = str(int(cfg.get("kafka.max_message_bytes")))
-    quarantine = Quarantine(spark, cfg, plan, cfg.path("stream.filters_dir"), log)
+    filters_dir, brokers_file = cfg.path("stream.filters_dir"), cfg.path("stream.brokers")
+    quarantine = Quarantine(spark, cfg, plan, filters_dir, log)
+    reloader = PlanReloader(spark, cfg, plan, filters_dir, brokers_file, log) \
+        if cfg.get("stream.hot_reload", True) else None
     processor = BatchProcessor(spark, plan, label, {
         "kafka.bootstrap.servers": plan.bootstrap, "kafka.max.request.size": max_bytes,
-        "kafka.acks": "all", "kafka.linger.ms": "5"}, log, quarantine)
+        "kafka.acks": "all", "kafka.linger.ms": "5"}, log, quarantine, reloader)
     processor.warm_up()
     source = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", plan.bootstrap)

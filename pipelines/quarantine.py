@@ -57,6 +57,7 @@ class Quarantine:
         self.budget = float(cfg.get("stream.filter_time_budget_s"))
         self.errors_topic = str(cfg.get("topics.errors"))
         self.table = plan.tables["filter_status"]
+        self.filters_dir = filters_dir
         self.states = self._initial_states(filters_dir)
         ensure_topics(cfg, plan.bootstrap, {self.errors_topic: 1})
         self._resume()
@@ -67,12 +68,28 @@ class Quarantine:
         enabled = {s.name for s in self.plan.filters}
         states = {s.name: FilterState(s.name, s.kind, "enabled" if s.name in enabled else "unused", "", s.digest)
                   for s in specs}
+        running = {s.name: s for s in self.plan.filters}
         for problem in self.plan.problems:
             if isinstance(problem, FilterProblem):
                 name = problem.path.stem
                 kind = "python" if problem.path.suffix == ".py" else "sql"
-                states[name] = FilterState(name, kind, "broken", f"line {problem.line}: {problem.reason}")
+                reason = f"line {problem.line}: {problem.reason}"
+                if name in running:  # a hot reload kept its previous version
+                    states[name] = FilterState(name, kind, "enabled", f"previous version runs; file has {reason}",
+                                               running[name].digest)
+                else:
+                    states[name] = FilterState(name, kind, "broken", reason)
         return states
+
+    def refresh(self) -> None:
+        """After a hot reload: a quarantined filter stays off until its file changes."""
+        old = self.states
+        self.states = self._initial_states(self.filters_dir)
+        for name, state in old.items():
+            new = self.states.get(name)
+            if state.state == "quarantined" and new and new.state == "enabled" and new.digest == state.digest:
+                self._disable(name, state.reason)
+        self._save()
 
     def _resume(self) -> None:
         """Keep filters quarantined by an earlier run quarantined, unless their file changed since."""

@@ -26,6 +26,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
+from pipelines.caps import VisitCaps  # noqa: E402
 from pipelines.fanout import evaluate, kafka_messages, match_rows  # noqa: E402
 from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.night_reader import NightSelection, parse_visits, read_messages  # noqa: E402
@@ -146,7 +147,7 @@ def refilter(spark, cfg: Config, messages: DataFrame, schema: dict, args: argpar
     for problem in problems:
         log(f"filter problem: {problem}")
     evaluated = evaluate(frame, filters, brokers).persist()
-    matches = match_rows(evaluated)
+    matches, _ = VisitCaps(spark).apply(match_rows(evaluated), brokers)  # whole visits: lowest alert ids kept
     if args.to_brokers:
         encodings = prepare_outputs(cfg, frame, schema, configured_cutouts(cfg, schema), brokers, filters)
         kafka_messages(matches, encodings).write.format("kafka") \

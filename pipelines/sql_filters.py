@@ -70,9 +70,12 @@ def analyze_sql(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> SqlShap
     words = re.sub(r"--[^\n]*|/\*.*?\*/", " ", text, flags=re.S).split(None, 1)
     if not words or words[0].upper().rstrip(";(") not in STATEMENT_WORDS:
         try:
-            parser.parseExpression(text)
+            parsed = parser.parseExpression(text)
         except ParseException as exc:
             return _syntax_problem(spec, exc)
+        if parsed.nodeName() == "Alias":  # Spark reads "a > 1 AND" as the condition named "AND"
+            return FilterProblem(spec.path, text.rstrip().count("\n") + 1,
+                                 f"SQL syntax error: unexpected '{parsed.name()}' after the condition")
         return _analyze_condition(frame, spec, paths, text)
     try:
         parsed = parser.parsePlan(text)

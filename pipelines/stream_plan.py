@@ -79,19 +79,26 @@ def wait_for_schema(cfg: Config, bootstrap: str, topic: str, wait_s: float, log=
         time.sleep(2.0)
 
 
-def resolve_filters(template: DataFrame, filters_dir: Path, brokers_file: Path
+def resolve_filters(template: DataFrame, filters_dir: Path, brokers_file: Path,
+                    brokers: list[BrokerSpec] | None = None, previous: dict[str, FilterSpec] | None = None
                     ) -> tuple[list[FilterSpec], list[BrokerSpec], list[FilterProblem | str]]:
     """Load and check the filters against a frame's columns; attach each broker's working filters.
 
     Returns the filters to evaluate (those some broker uses), the brokers, and
-    one line per problem.
+    one line per problem.  ``brokers`` replaces reading ``brokers_file``;
+    ``previous`` (a running stream's filters) keeps the last good version of
+    a filter whose file is now broken.
     """
     specs, load_problems = load_filters(filters_dir)
-    brokers = load_brokers(brokers_file)
+    brokers = load_brokers(brokers_file) if brokers is None else brokers
     wanted = {name for broker in brokers for name in broker.filters}
     valid, check_problems = validate_filters(template, specs)
-    enabled = [s for s in valid if s.name in wanted]
     problems: list[FilterProblem | str] = [*load_problems, *check_problems]
+    for problem in problems:
+        name = problem.path.stem
+        if previous and name in previous and all(s.name != name for s in valid):
+            valid.append(previous[name])
+    enabled = [s for s in valid if s.name in wanted]
     enabled_names = {s.name for s in enabled}
     known = {s.name for s in specs} | {p.path.stem for p in load_problems}
     for broker in brokers:

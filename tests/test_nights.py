@@ -133,7 +133,8 @@ def test_nightly_topic_holds_the_night_and_replay_recreates_it(kafka_cfg, spark,
 
     topic, night = "nightly.alerts", "2026-11-15"
     write_files(tmp_path / "filters", FILTERS)
-    (tmp_path / "brokers.yaml").write_text("max_alerts_per_visit: null\nbrokers:\n  nightly_b:\n    filters: [bright]\n")
+    (tmp_path / "brokers.yaml").write_text("max_alerts_per_visit: null\n"
+                                           "brokers:\n  nightly_b:\n    filters: [bright]\n")
     produce(kafka_cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=15, interval_s=0.0, stamps=False,
                                       seed=3, night=night, progress=False), log=lambda line: None)
     run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml",

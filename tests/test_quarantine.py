@@ -37,7 +37,8 @@ def slow(snr):
     return snr > 3
 ''',
 }
-BROKERS = ("max_alerts_per_visit: null\nbrokers:\n  q_all:\n    filters: [everything]\n  q_breaks:\n    filters: [breaks_on_visit2]\n"
+BROKERS = ("max_alerts_per_visit: null\n"
+           "brokers:\n  q_all:\n    filters: [everything]\n  q_breaks:\n    filters: [breaks_on_visit2]\n"
            "  q_slow:\n    filters: [slow]\n")
 
 

@@ -13,6 +13,7 @@ REFUSED = {
                                "several statements: a filter is one condition or one SELECT"),
     "condition_twice.sql": ("diaSource.snr > 5; diaSource.snr < 9", 1,
                             "several statements: a filter is one condition or one SELECT"),
+    "dangling.sql": ("diaSource.snr > 5\nAND", 2, "SQL syntax error: unexpected 'AND' after the condition"),
     "ddl.sql": ("DROP TABLE alerts", 1,
                 "DROP TABLE statement: a filter only reads alerts (DDL and DML are not allowed)"),
     "dml.sql": ("INSERT INTO alerts SELECT * FROM alerts", 1,

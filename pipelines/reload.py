@@ -1,0 +1,105 @@
+"""Hot reload: filter and broker file changes reach the running stream between two batches.
+
+Before each batch the stream compares the contents of the filters folder and
+the brokers file with what it runs.  On a change it rebuilds the filters and
+brokers against the same alert schema, creates the topics and schemas of new
+brokers, logs one line saying what changed, and runs the batch with the new
+set.  A filter whose edit is broken keeps its previous version running (and
+the reason is logged); a broken brokers file keeps the previous brokers.
+Batches are never split or repeated by a reload, so no input alert is lost
+or counted twice.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from pipelines.outputs import prepare_outputs
+from pipelines.stream_plan import StreamPlan, configured_cutouts, resolve_filters, template_frame
+from skyfilter.brokers import BrokerSpec, load_brokers
+from skyfilter.config import Config
+from skyfilter.errors import SkyfilterError
+from skyfilter.filter_loader import FilterProblem
+
+
+def files_fingerprint(filters_dir: Path, brokers_file: Path) -> str:
+    """A digest of every filter file's name and content, and of the brokers file."""
+    digest = hashlib.sha256()
+    paths = sorted(p for p in filters_dir.glob("*") if p.suffix in (".sql", ".py")) if filters_dir.is_dir() else []
+    for path in [*paths, brokers_file]:
+        digest.update(str(path).encode())
+        digest.update(path.read_bytes() if path.is_file() else b"<missing>")
+    return digest.hexdigest()
+
+
+class PlanReloader:
+    """Watches a running stream's filter and broker files and updates its plan in place."""
+
+    def __init__(self, spark: SparkSession, cfg: Config, plan: StreamPlan, filters_dir: Path, brokers_file: Path,
+                 log=print):
+        self.spark = spark
+        self.cfg = cfg
+        self.plan = plan
+        self.filters_dir = filters_dir
+        self.brokers_file = brokers_file
+        self.log = log
+        self.fingerprint = files_fingerprint(filters_dir, brokers_file)
+
+    def check(self) -> bool:
+        """Reload when the files changed since the last check; True when a reload ran."""
+        fingerprint = files_fingerprint(self.filters_dir, self.brokers_file)
+        if fingerprint == self.fingerprint:
+            return False
+        self.fingerprint = fingerprint
+        self.reload()
+        return True
+
+    def reload(self) -> bool:
+        """Rebuild the filters and brokers from their files; True when what runs changed."""
+        plan = self.plan
+        try:
+            brokers = load_brokers(self.brokers_file)
+        except SkyfilterError as exc:
+            self.log(f"reload: {exc}; the previous brokers stay in place")
+            brokers = [copy.copy(b) for b in plan.brokers]
+        template, _ = template_frame(self.spark, self.cfg, plan.schema_id, plan.schema_json)
+        previous = {spec.name: spec for spec in plan.filters}
+        filters, brokers, problems = resolve_filters(template, self.filters_dir, self.brokers_file, brokers,
+                                                     previous)
+        try:
+            encodings = prepare_outputs(self.cfg, template, plan.schema, configured_cutouts(self.cfg, plan.schema),
+                                        brokers, filters)
+        except SkyfilterError as exc:
+            self.log(f"reload: {exc}; keeping the previous filters and brokers")
+            return False
+        changes = describe_changes(plan, filters, brokers)
+        for problem in problems:
+            kept = isinstance(problem, FilterProblem) and problem.path.stem in {f.name for f in filters}
+            self.log(f"reload: {problem}" + ("; its previous version keeps running" if kept else ""))
+        plan.filters, plan.brokers, plan.encodings, plan.problems = filters, brokers, encodings, problems
+        self.log(f"reload: {changes or 'no change to the running filters or brokers'}")
+        return bool(changes)
+
+
+def describe_changes(plan: StreamPlan, filters: list, brokers: list[BrokerSpec]) -> str:
+    """One line: the filters and brokers added, changed and removed."""
+    before = {f.name: f.digest for f in plan.filters}
+    after = {f.name: f.digest for f in filters}
+    old_brokers = {b.name: _broker_key(b) for b in plan.brokers}
+    new_brokers = {b.name: _broker_key(b) for b in brokers}
+    parts = []
+    for label, old, new in (("filter", before, after), ("broker", old_brokers, new_brokers)):
+        for verb, names in (("added", sorted(set(new) - set(old))),
+                            ("changed", sorted(n for n in set(new) & set(old) if new[n] != old[n])),
+                            ("removed", sorted(set(old) - set(new)))):
+            if names:
+                parts.append(f"{label}(s) {verb}: {', '.join(names)}")
+    return "; ".join(parts)
+
+
+def _broker_key(broker: BrokerSpec) -> tuple:
+    return (tuple(broker.enabled_filters), broker.topic, broker.format, broker.max_alerts_per_visit)

@@ -1,0 +1,75 @@
+"""Hot reload on a running stream: added filters and brokers start at the next trigger, broken edits keep the
+previous version, and no input alert is lost or archived twice."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from conftest import decode_messages, stream_args, write_files
+from pipelines.filter_stream import run
+from producers.command import ProduceOptions, produce
+from skyfilter.avro_schemas import rubin_schema
+from skyfilter.delivery import read_topic
+
+TOPIC = "reload.alerts"
+BROKERS = "max_alerts_per_visit: null\nbrokers:\n  r_all:\n    filters: [everything]\n"
+BROKERS_AFTER = BROKERS + "  r_new:\n    filters: [bright]\n    format: nocutouts\n"
+
+
+def _produce(cfg, night: str, seed: int) -> None:
+    produce(cfg, ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=25, interval_s=0.0, stamps=False,
+                                seed=seed, night=night, progress=False), log=lambda line: None)
+
+
+def _wait_for(lines: list[str], predicate, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate(lines):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out; stream said: {lines[-5:]}")
+
+
+def _archived(lines: list[str]) -> int:
+    return sum(int(line.split(": ")[1].split(" alerts")[0]) for line in lines
+               if line.startswith("batch ") and " alerts, " in line)
+
+
+def test_filters_and_brokers_change_while_the_stream_runs(kafka_cfg, spark, tmp_path):
+    filters = write_files(tmp_path / "filters", {"everything.sql": "alert_id IS NOT NULL"})
+    brokers = tmp_path / "brokers.yaml"
+    brokers.write_text(BROKERS)
+    lines: list[str] = []
+    args = stream_args(kafka_cfg, TOPIC, filters, brokers, extra=["--trigger", "1s", "--stop-when-idle", "15"])
+    result = {}
+    _produce(kafka_cfg, "2026-11-01", 1)
+    stream = threading.Thread(target=lambda: result.setdefault("totals", run(args, spark, lines.append)))
+    stream.start()
+    _wait_for(lines, lambda ls: _archived(ls) >= 25)
+
+    (filters / "bright.sql").write_text("diaSource.snr > 20")          # a new filter...
+    brokers.write_text(BROKERS_AFTER)                                    # ...for a new broker
+    (filters / "everything.sql").write_text("alert_id IS NOT NULL AND (")  # a broken edit: the old version runs on
+    _produce(kafka_cfg, "2026-11-02", 2)
+    _wait_for(lines, lambda ls: _archived(ls) >= 50)
+    stream.join(timeout=120)
+    assert not stream.is_alive()
+
+    reload_lines = [line for line in lines if line.startswith("reload: ")]
+    assert any("filter(s) added: bright" in line and "broker(s) added: r_new" in line for line in reload_lines)
+    assert any("everything.sql:1: SQL syntax error" in line and "its previous version keeps running" in line
+               for line in reload_lines), reload_lines
+
+    records = decode_messages(read_topic(kafka_cfg.bootstrap_servers, TOPIC), rubin_schema("10.0"))
+    second = [r for r in records if str(r["diaSource"]["visit"]).startswith("20261102")]  # produced after the edits
+    assert len(second) == 25
+    everything = read_topic(kafka_cfg.bootstrap_servers, "filtered.r_all")
+    assert sorted(m.headers["alert_id"] for m in everything) == sorted(str(r["diaSourceId"]) for r in records)
+    new = read_topic(kafka_cfg.bootstrap_servers, "filtered.r_new")
+    expected_new = sorted(str(r["diaSourceId"]) for r in second if r["diaSource"]["snr"] > 20)
+    assert expected_new and sorted(m.headers["alert_id"] for m in new) == expected_new
+
+    alerts = spark.read.format("delta").load(str(kafka_cfg.delta_dir / TOPIC / "alerts"))
+    assert alerts.count() == 50 and alerts.select("alert_id").distinct().count() == 50
+    assert result["totals"].input_alerts == 50
