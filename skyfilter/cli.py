@@ -65,15 +65,29 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--no-progress", action="store_true", help="no progress bar")
     _common(produce)
 
-    filters = commands.add_parser("filters", help="check filters against an alert schema, or show their states",
-                                  description="check: check every *.sql and *.py filter of a folder with the "
-                                              "stream's own checks (Spark's parser and analyzer): one line per "
-                                              "problem, exit 1 when there is any.  status: each filter's state in "
-                                              "a stream (enabled, quarantined, broken, unused) and why.")
-    filters.add_argument("action", choices=["check", "status"])
-    filters.add_argument("folder", nargs="?", help="check: filters folder (default: stream.filters_dir)")
-    filters.add_argument("--name", help="status: the stream's name (default: topics.alerts)")
-    filters.add_argument("--state-dir", help="status: where the stream keeps its state (default: state_dir)")
+    filters = commands.add_parser(
+        "filters", help="check filters, try one on sample alerts, or show their states in a stream",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="check [FOLDER]   check every *.sql and *.py filter of a folder with the stream's own checks\n"
+                    "                 (Spark's parser and analyzer): one line per problem, exit 1 when any.\n"
+                    "test NAME        run one filter over sample Avro files (--sample) or an archived night\n"
+                    "                 (--night): alerts scanned, matched, match rate, time per alert\n"
+                    "                 (p50/p90/p99) and the first matches.\n"
+                    "status           each filter's state in a stream (enabled, quarantined, broken, unused).",
+        epilog="examples:\n"
+               "  skyfilter filters check\n"
+               "  skyfilter filters test bright_transient --sample ../shared/data/lsst-v10\n"
+               "  skyfilter filters test fast_riser --night 2026-11-20 --limit 5000")
+    filters.add_argument("action", choices=["check", "test", "status"])
+    filters.add_argument("target", nargs="?", metavar="FOLDER|NAME",
+                         help="check: filters folder (default: stream.filters_dir); test: the filter's name")
+    filters.add_argument("--filters-dir", help="test: folder of the filter (default: stream.filters_dir)")
+    filters.add_argument("--sample", nargs="+", metavar="PATH", help="test: Avro container files or folders")
+    filters.add_argument("--night", help="test: an archived night, YYYY-MM-DD, of the stream --name")
+    filters.add_argument("--limit", type=int, help="test: at most this many alerts")
+    filters.add_argument("--show", type=int, default=5, help="test: how many matches to print (default 5)")
+    filters.add_argument("--name", help="status, test --night: the stream's name (default: topics.alerts)")
+    filters.add_argument("--state-dir", help="status, test --night: the stream's state (default: state_dir)")
     source = filters.add_mutually_exclusive_group()
     source.add_argument("--topic", help="check against the schema registered for this topic")
     source.add_argument("--schema", help="check against a schema file (.avsc) or an Avro container file (.avro)")
@@ -140,11 +154,15 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 def cmd_filters(args: argparse.Namespace) -> int:
     cfg = load_config(args)
+    if args.state_dir:
+        cfg.set("state_dir", args.state_dir)
     if args.action == "status":
         return filters_status(cfg, args)
+    if args.action == "test":
+        return filters_test(cfg, args)
     from pipelines.filter_tools import check_filters, schema_for_check
 
-    folder = Path(args.folder) if args.folder else cfg.path("stream.filters_dir")
+    folder = Path(args.target) if args.target else cfg.path("stream.filters_dir")
     described, schema = schema_for_check(cfg, args.topic, args.schema)
     valid, problems = check_filters(cfg, folder, schema)
     for problem in problems:
@@ -157,8 +175,6 @@ def filters_status(cfg: Config, args: argparse.Namespace) -> int:
     """Print each filter's state as the stream last recorded it."""
     import json
 
-    if args.state_dir:
-        cfg.set("state_dir", args.state_dir)
     name = args.name or str(cfg.get("topics.alerts"))
     path = cfg.filter_states_file(name)
     if not path.exists():
@@ -170,6 +186,27 @@ def filters_status(cfg: Config, args: argparse.Namespace) -> int:
         print(f"{state['name']:<{width}}  {state['kind']:<6}  {state['state']:<11}{reason}")
     counts = {k: sum(s["state"] == k for s in states) for k in ("enabled", "quarantined", "broken", "unused")}
     print(", ".join(f"{v} {k}" for k, v in counts.items()) + f" (stream '{name}')")
+    return 0
+
+
+def filters_test(cfg: Config, args: argparse.Namespace) -> int:
+    """Run one filter over sample files or an archived night and print what it did."""
+    if not args.target:
+        raise SkyfilterError("filters test needs the filter's name, e.g. skyfilter filters test bright_transient")
+    if bool(args.sample) == bool(args.night):
+        raise SkyfilterError("filters test needs exactly one of --sample PATH... or --night YYYY-MM-DD")
+    from pipelines.filter_trial import find_filter, night_frame, run_trial, sample_frame
+    from pipelines.session import get_spark
+
+    folder = Path(args.filters_dir) if args.filters_dir else cfg.path("stream.filters_dir")
+    spec = find_filter(folder, args.target)
+    spark = get_spark("skyfilter-filters-test")
+    if args.sample:
+        alerts, source = sample_frame(spark, cfg, args.sample)
+    else:
+        alerts, source = night_frame(spark, cfg, args.name or str(cfg.get("topics.alerts")), args.night)
+    for line in run_trial(spark, spec, alerts, source, args.limit, args.show).lines():
+        print(line)
     return 0
 
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from conftest import DATA, ROOT, write_files
+import re
+
+import pytest
+
+from conftest import DATA, ROOT, decode_messages, stream_args, write_files
+from pipelines.filter_stream import run
+from producers.command import ProduceOptions, produce
+from skyfilter.avro_schemas import avro_files, read_container, rubin_schema
 from skyfilter.cli import main
+from skyfilter.delivery import read_topic
 
 
 def test_repository_filters_pass_against_the_simulated_rubin_schema(spark, capsys):
@@ -26,3 +34,53 @@ def test_problems_are_listed_one_per_line_against_a_real_schema(spark, tmp_path,
     assert f"{folder}/not_boolean.sql:1: condition is of type double, not boolean" in lines
     assert f"{folder}/wrong_field.py:4: unknown column 'diaSource.snr'" in lines
     assert lines[-1].startswith("1 filter(s) OK, 3 problem(s)")
+
+
+def _report(text: str) -> dict[str, str]:
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("  "))
+
+
+def test_filters_test_on_real_rubin_sample_files(spark, capsys):
+    sample = DATA / "lsst-v10"
+    assert main(["filters", "test", "reliable_red", "--sample", str(sample)]) == 0
+    out = capsys.readouterr().out
+    records = [r.record for path in avro_files([sample]) for r in read_container(path)[1]]
+    expected = sorted(str(r["diaSourceId"]) for r in records
+                      if r["diaSource"]["band"] in ("i", "z", "y") and r["diaSource"]["reliability"] > 0.9
+                      and r["diaSource"]["snr"] > 10)
+    report = _report(out)
+    assert int(report["alerts scanned"]) == len(records) == 7
+    assert int(report["matched"]) == len(expected) > 0
+    assert float(report["match rate"].strip(" %")) == pytest.approx(100 * len(expected) / 7, abs=0.01)
+    p50, p90, p99 = (float(x) for x in re.findall(r"p\d\d ([0-9.]+) ms", report["time per alert"]))
+    assert 0 < p50 <= p90 <= p99
+    shown = re.findall(r"^  alert_id=(\d+), diaSource.band=", out, re.M)
+    assert shown == expected[:5]
+
+
+def test_filters_test_on_an_archived_night_times_python_alert_by_alert(kafka_cfg, spark, tmp_path, capsys):
+    topic, night = "trial.alerts", "2026-11-05"
+    write_files(tmp_path / "filters", {"negative.py": "from skyfilter import alert_filter\n\n\n"
+                                                      "@alert_filter(columns=['diaSource.psfFlux', 'diaSource.snr'])\n"
+                                                      "def negative(flux, snr):\n    return flux < 0\n"})
+    (tmp_path / "brokers.yaml").write_text("brokers:\n  trial_b:\n    filters: [negative]\n")
+    produce(kafka_cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=30, interval_s=0.0, stamps=False,
+                                      seed=5, night=night, progress=False), log=lambda line: None)
+    run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml"), spark, lambda line: None)
+    records = decode_messages(read_topic(kafka_cfg.bootstrap_servers, topic), rubin_schema("10.0"))
+    expected = {str(r["diaSourceId"]) for r in records if r["diaSource"]["psfFlux"] < 0}
+    capsys.readouterr()
+    assert main(["filters", "test", "negative", "--night", night, "--name", topic, "--limit", "50", "--show", "3",
+                 "--filters-dir", str(tmp_path / "filters"), "--state-dir", str(kafka_cfg.state_dir)]) == 0
+    out = capsys.readouterr().out
+    report = _report(out)
+    assert int(report["alerts scanned"]) == 50
+    assert "Python, timed alert by alert" in report["time per alert"]
+    shown = re.findall(r"^  alert_id=(\d+), diaSource.psfFlux=(\S+), diaSource.snr=", out, re.M)
+    assert len(shown) == min(3, int(report["matched"])) and all(float(flux) < 0 for _, flux in shown)
+    assert {i for i, _ in shown} <= expected
+
+
+def test_filters_test_errors_are_one_line(spark, tmp_path, capsys):
+    assert main(["filters", "test", "nope", "--sample", str(DATA / "lsst-v10")]) == 2
+    assert "no filter 'nope' in" in capsys.readouterr().err
