@@ -13,11 +13,12 @@ MVN_FLAGS    := -q -B -Dmaven.repo.local=$(LOCAL)/m2 -Dkafka.version=$(KAFKA_VER
                 -Dscala.binary.version=$(SCALA_BINARY_VERSION) -Dlog4j.version=$(LOG4J_VERSION) \
                 -Dslf4j.version=$(SLF4J_VERSION)
 
-.PHONY: setup demo test lint clean kafka-stop help
+.PHONY: setup demo test notebook lint clean kafka-stop help
 
 help:
 	@echo "make demo   set up everything, then run a small simulated night end to end"
 	@echo "make test   set up everything, then run the test suite"
+	@echo "make notebook  open JupyterLab on notebooks/filter_authoring.ipynb"
 	@echo "make lint   ruff check"
 	@echo "make clean  stop local Kafka and remove .local/ (the venv stays)"
 
@@ -54,6 +55,14 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest tests
+
+# JupyterLab is only needed here, so it is installed on first use.
+$(VENV)/.notebook: setup.py $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test,notebook]'
+	touch $@
+
+notebook: setup $(VENV)/.notebook
+	$(VENV)/bin/jupyter lab --notebook-dir=$(ROOT) --ip=127.0.0.1 notebooks/filter_authoring.ipynb
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -22,6 +22,7 @@ setup(
         "confluent-kafka==2.16.1",
         "fastavro==1.13.1",
         "lsst-alert-packet==30.2026.2700",
+        "matplotlib==3.11.2",
         "numpy==2.3.5",
         "pandas==2.3.3",
         "pyarrow==21.0.0",
@@ -29,7 +30,9 @@ setup(
         "tqdm==4.67.1",
     ],
     extras_require={
-        "test": ["pytest==8.4.2", "ruff==0.14.5", "astropy==7.1.1"],
+        "test": ["pytest==8.4.2", "ruff==0.14.5", "astropy==7.1.1", "ipykernel==7.4.0", "nbclient==0.11.0",
+                 "nbformat==5.11.1"],
+        "notebook": ["jupyterlab==4.6.6", "ipykernel==7.4.0", "astropy==7.1.1"],
     },
     entry_points={"console_scripts": ["skyfilter=skyfilter.cli:main"]},
 )
