@@ -15,7 +15,7 @@ setup(
     version="0.1.0",
     description="Streaming filter stage for astronomical alert streams (Rubin/LSST, ZTF)",
     python_requires=">=3.11",
-    packages=["skyfilter", "pipelines", "producers"],
+    packages=["skyfilter", "pipelines", "producers", "bench"],
     install_requires=[
         f"pyspark=={VERSIONS['SPARK_VERSION']}",
         f"delta-spark=={VERSIONS['DELTA_VERSION']}",

@@ -1,0 +1,1 @@
+"""Benchmarks: reproducible measurements, kept apart from the tests (see README, Performance)."""

@@ -1,0 +1,232 @@
+"""Filter scaling: the stream's throughput with 1, 10, 100... filters in its one query.
+
+    python -m bench.filter_scaling [--alerts 4000] [--filters 1,10,100] [--kind sql|python]
+
+Produces one simulated night once, then runs ``pipelines/filter_stream.py``
+(``--available-now``, one SparkSession) over the same topic once per filter
+count, each with a fresh checkpoint and archive.  Filter ``i`` is a generated
+threshold condition; filters are spread over up to ``--brokers`` brokers
+(format full, the default cap of 20 alerts per visit).  Throughput comes
+from the stream's own Delta metrics table:
+
+* stream: alerts / (end of the last batch - start of the first), delivery
+  and archive included;
+* filter + deliver: alerts / the summed time from batch start to the Kafka
+  write's acknowledgement (where the number of filters can matter).
+
+Writes ``filter_scaling_<kind>.{json,csv,md,png}`` into ``--results``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+BANDS = ("u", "g", "r", "i", "z", "y")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.filter_scaling",
+        description="Throughput of the stream job against the number of filters it evaluates in one query.")
+    parser.add_argument("--alerts", type=int, default=4000, help="alerts to produce (default 4000)")
+    parser.add_argument("--alerts-per-visit", type=int, default=1000, help="visit size (default 1000)")
+    parser.add_argument("--filters", default="1,10,100", help="filter counts to compare (default 1,10,100)")
+    parser.add_argument("--kind", choices=["sql", "python"], default="sql", help="filter language (default sql)")
+    parser.add_argument("--brokers", type=int, default=20, help="most brokers the filters are spread over (20)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per filter count; the best counts (2)")
+    parser.add_argument("--stamps", action=argparse.BooleanOptionalAction, default=True,
+                        help="alerts carry their three FITS cutouts, Rubin size (default yes)")
+    parser.add_argument("--max-offsets", type=int, default=1000, help="maxOffsetsPerTrigger (default 1000)")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results", help="results folder")
+    parser.add_argument("--state-dir", type=Path, default=ROOT / ".local" / "bench",
+                        help="Kafka data, checkpoints and Delta tables of the benchmark (default .local/bench)")
+    parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local one")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+def sql_filter(index: int) -> str:
+    """A generated threshold condition; different for every index."""
+    return (f"-- generated filter {index}\ndiaSource.snr > {5 + index % 40}\n"
+            f"AND diaSource.reliability > {0.3 + 0.006 * (index % 100):.3f}\n"
+            f"AND diaSource.band <> '{BANDS[index % len(BANDS)]}'\n")
+
+
+def python_filter(index: int) -> str:
+    """The Python twin of :func:`sql_filter`."""
+    return ("from skyfilter import alert_filter\n\n\n"
+            "@alert_filter(columns=['diaSource.snr', 'diaSource.reliability', 'diaSource.band'])\n"
+            f"def f{index:04d}(snr, reliability, band):\n"
+            f"    return (snr > {5 + index % 40}) & (reliability > {0.3 + 0.006 * (index % 100):.3f}) "
+            f"& (band != '{BANDS[index % len(BANDS)]}')\n")
+
+
+def write_filter_set(folder: Path, count: int, kind: str, max_brokers: int) -> tuple[Path, Path]:
+    """``count`` generated filters over ``min(count, max_brokers)`` brokers; (filters folder, brokers file)."""
+    filters = folder / "filters"
+    filters.mkdir(parents=True, exist_ok=True)
+    for old in filters.iterdir():
+        old.unlink()
+    names = [f"f{i:04d}" for i in range(count)]
+    for index, name in enumerate(names):
+        text = sql_filter(index) if kind == "sql" else python_filter(index)
+        (filters / f"{name}.{'sql' if kind == 'sql' else 'py'}").write_text(text)
+    brokers = min(count, max_brokers)
+    lines = ["brokers:"]
+    for b in range(brokers):
+        lines += [f"  bench_{b:02d}:", f"    filters: [{', '.join(names[b::brokers])}]"]
+    brokers_file = folder / "brokers.yaml"
+    brokers_file.write_text("\n".join(lines) + "\n")
+    return filters, brokers_file
+
+
+def measure(spark, metrics_path: Path) -> dict:
+    """Throughput figures of one stream run, from its Delta metrics table."""
+    from pyspark.sql import functions as F
+
+    row = spark.read.format("delta").load(str(metrics_path)).agg(
+        F.sum("input_alerts").alias("alerts"), F.count(F.lit(1)).alias("batches"),
+        F.min("started_at").alias("first"), F.max("finished_at").alias("last"),
+        F.sum("deliver_ms").alias("deliver_ms"), F.sum("processing_ms").alias("processing_ms")).first()
+    wall = (row["last"] - row["first"]).total_seconds()
+    return {"alerts": row["alerts"], "batches": row["batches"], "seconds": wall,
+            "alerts_per_s": row["alerts"] / wall, "deliver_alerts_per_s": row["alerts"] / (row["deliver_ms"] / 1000)}
+
+
+def free_port_pair(start: int = 29092) -> int:
+    """A free pair of loopback ports (Kafka client and controller) from ``start`` on."""
+    for port in range(start, start + 200, 2):
+        if all(_free(p) for p in (port, port + 1)):
+            return port
+    raise RuntimeError("no free port pair for the benchmark's Kafka")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def run(args: argparse.Namespace) -> dict[str, Path]:
+    """Run the benchmark; returns the result files."""
+    from bench.report import write_results
+    from pipelines.filter_stream import parse_args as stream_args
+    from pipelines.filter_stream import run as run_stream
+    from pipelines.session import get_spark
+    from producers.command import ProduceOptions, produce
+    from skyfilter.config import Config
+    from skyfilter.kafka_local import LocalKafka
+
+    counts = sorted({int(c) for c in args.filters.split(",")})
+    cfg = Config.load()
+    cfg.set("state_dir", str(args.state_dir))
+    cluster = None
+    if args.bootstrap:
+        cfg.set("kafka.bootstrap_servers", args.bootstrap)
+    else:
+        cfg.set("kafka.base_port", free_port_pair())
+        cfg.set("kafka.heap", "1g")
+        cluster = LocalKafka(cfg)
+        cfg.set("kafka.bootstrap_servers", cluster.start())
+    run_id = time.strftime("%Y%m%d%H%M%S")
+    topic = f"bench.scaling.{run_id}"
+    try:
+        visits = max(1, args.alerts // args.alerts_per_visit)
+        report = produce(cfg, ProduceOptions(topic=topic, visits=visits, alerts_per_visit=args.alerts_per_visit,
+                                             interval_s=0.0, stamps=args.stamps, seed=3, progress=not args.quiet),
+                         log=lambda line: None)
+        spark = get_spark("skyfilter-bench-filter-scaling")
+        results: dict[int, list[dict]] = {count: [] for count in counts}
+        runs = [(repeat, count) for repeat in range(args.repeats) for count in counts]
+        bar = tqdm(runs, desc="stream runs", unit="run", disable=args.quiet)
+        for repeat, count in bar:
+            bar.set_postfix(filters=count)
+            folder = args.state_dir / "filter_sets" / f"{args.kind}_{count}"
+            filters, brokers = write_filter_set(folder, count, args.kind, args.brokers)
+            name = f"scaling_{run_id}_{args.kind}_{count}_{repeat}"
+            argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters), "--brokers", str(brokers),
+                    "--available-now", "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(args.state_dir),
+                    "--set", f"stream.max_offsets_per_trigger={args.max_offsets}"]
+            run_stream(stream_args(argv), spark, lambda line: None)
+            results[count].append(measure(spark, args.state_dir / "delta" / name / "metrics"))
+        rows = _rows(results, counts, args)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    base = rows[0]
+    notes = [f"{report.alerts} simulated Rubin alerts ({'with' if args.stamps else 'without'} cutouts), "
+             f"{visits} visit(s); maxOffsetsPerTrigger {args.max_offsets}; best of {args.repeats} run(s) per count.",
+             "stream: alerts / (end of last batch - start of first): filters, Kafka delivery and Delta archive.",
+             "filter + deliver: alerts / summed time from batch start to the Kafka write's acknowledgement."]
+    for row in rows[1:]:
+        notes.append(f"{row['filters']} filters: {row['ratio']:.2f}x the stream throughput of {base['filters']} "
+                     f"({row['deliver_ratio']:.2f}x for filter + deliver); target >= 0.7x.")
+    columns = [("filters", "filters"), ("brokers", "brokers"), ("alerts", "alerts"), ("batches", "batches"),
+               ("seconds", "stream s"), ("alerts_per_s", "stream alerts/s"), ("ratio", "x 1 filter"),
+               ("deliver_alerts_per_s", "filter+deliver alerts/s"), ("deliver_ratio", "x 1 filter")]
+    return write_results(args.results, f"filter_scaling_{args.kind}",
+                         f"Filter scaling ({args.kind.upper()} filters)", rows, columns, notes,
+                         vars(args) | {"results": str(args.results), "state_dir": str(args.state_dir)},
+                         args.command, _plot(rows, args.kind))
+
+
+def _rows(results: dict[int, list[dict]], counts: list[int], args: argparse.Namespace) -> list[dict]:
+    rows = []
+    for count in counts:
+        best = max(results[count], key=lambda r: r["alerts_per_s"])
+        best_deliver = max(r["deliver_alerts_per_s"] for r in results[count])
+        rows.append({"filters": count, "brokers": min(count, args.brokers), "alerts": best["alerts"],
+                     "batches": best["batches"], "seconds": round(best["seconds"], 2),
+                     "alerts_per_s": round(best["alerts_per_s"], 1), "deliver_alerts_per_s": round(best_deliver, 1)})
+    for row in rows:
+        row["ratio"] = round(row["alerts_per_s"] / rows[0]["alerts_per_s"], 3)
+        row["deliver_ratio"] = round(row["deliver_alerts_per_s"] / rows[0]["deliver_alerts_per_s"], 3)
+    return rows
+
+
+def _plot(rows: list[dict], kind: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.4, 4))
+    counts = [r["filters"] for r in rows]
+    axis.plot(counts, [r["alerts_per_s"] for r in rows], "o-", label="stream (deliver + archive)")
+    axis.plot(counts, [r["deliver_alerts_per_s"] for r in rows], "s--", label="filter + deliver")
+    axis.plot(counts, [0.7 * rows[0]["alerts_per_s"]] * len(rows), ":", color="gray", label="0.7 x 1 filter")
+    axis.set_xscale("log")
+    axis.set_xlabel(f"{kind.upper()} filters in the query")
+    axis.set_ylabel("alerts / s")
+    axis.set_ylim(bottom=0)
+    axis.legend()
+    axis.set_title("Throughput against the number of filters")
+    return figure
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.report import command_line
+    from skyfilter.errors import SkyfilterError
+
+    args = parse_args(argv)
+    args.command = command_line("bench.filter_scaling", argv)
+
+    try:
+        paths = run(args)
+    except SkyfilterError as exc:
+        print(f"filter_scaling: error: {exc}", file=sys.stderr)
+        return 2
+    table = paths["md"].read_text().split("\n\n")[1]
+    print(table)
+    print(f"results: {', '.join(str(p) for p in paths.values())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""What every benchmark writes: the machine, the versions, the command, and its results as JSON, CSV,
+a Markdown table and a PNG plot."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+
+from skyfilter.versions import versions
+
+
+def machine() -> dict:
+    """Cores, memory and versions of the machine a benchmark ran on."""
+    memory_kb = 0
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_kb = int(line.split()[1])
+    pins = versions()
+    return {"cores": os.cpu_count(), "memory_gib": round(memory_kb / 2**20, 1), "platform": platform.platform(),
+            "python": platform.python_version(), "spark": pins["SPARK_VERSION"], "delta": pins["DELTA_VERSION"],
+            "kafka": pins["KAFKA_VERSION"]}
+
+
+def command_line(module: str, argv: list[str] | None) -> str:
+    """The command that ran a benchmark module, as it could be typed again."""
+    return shlex.join(["python", "-m", module, *(sys.argv[1:] if argv is None else argv)])
+
+
+def markdown_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    """A Markdown table of ``rows`` with (key, header) columns."""
+    lines = ["| " + " | ".join(h for _, h in columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [_cell(row.get(key)) for key, _ in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    return "" if value is None else str(value)
+
+
+def write_results(folder: Path, name: str, title: str, rows: list[dict], columns: list[tuple[str, str]],
+                  notes: list[str], settings: dict, command: str, figure=None) -> dict[str, Path]:
+    """Write ``<name>.json``, ``.csv``, ``.md`` (and ``.png`` when a figure is given) into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    info = {"benchmark": name, "title": title, "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "machine": machine(), "command": command, "settings": settings, "results": rows, "notes": notes}
+    paths = {kind: folder / f"{name}.{kind}" for kind in ("json", "csv", "md")}
+    paths["json"].write_text(json.dumps(info, indent=1, default=str))
+    with paths["csv"].open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else [])
+        writer.writeheader()
+        writer.writerows(rows)
+    spec = info["machine"]
+    text = [f"## {title}", "", markdown_table(rows, columns), "",
+            f"Machine: {spec['cores']} cores, {spec['memory_gib']} GiB, {spec['platform']}; Spark {spec['spark']}, "
+            f"Delta {spec['delta']}, Kafka {spec['kafka']}, Python {spec['python']}.", "",
+            f"Command: `{info['command']}` ({info['finished_at']})", ""]
+    text += [f"* {note}" for note in notes]
+    if figure is not None:
+        paths["png"] = folder / f"{name}.png"
+        figure.savefig(paths["png"], dpi=110, bbox_inches="tight")
+        text += ["", f"![{title}]({name}.png)"]
+    paths["md"].write_text("\n".join(text) + "\n")
+    return paths
