@@ -20,7 +20,6 @@ Writes ``filter_scaling_<kind>.{json,csv,md,png}`` into ``--results``.
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 import time
 from pathlib import Path
@@ -100,19 +99,6 @@ def measure(spark, metrics_path: Path) -> dict:
             "alerts_per_s": row["alerts"] / wall, "deliver_alerts_per_s": row["alerts"] / (row["deliver_ms"] / 1000)}
 
 
-def free_port_pair(start: int = 29092) -> int:
-    """A free pair of loopback ports (Kafka client and controller) from ``start`` on."""
-    for port in range(start, start + 200, 2):
-        if all(_free(p) for p in (port, port + 1)):
-            return port
-    raise RuntimeError("no free port pair for the benchmark's Kafka")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) != 0
-
-
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.report import write_results
@@ -121,7 +107,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from pipelines.session import get_spark
     from producers.command import ProduceOptions, produce
     from skyfilter.config import Config
-    from skyfilter.kafka_local import LocalKafka
+    from skyfilter.kafka_local import LocalKafka, free_port_pair
 
     counts = sorted({int(c) for c in args.filters.split(",")})
     cfg = Config.load()
@@ -130,7 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     if args.bootstrap:
         cfg.set("kafka.bootstrap_servers", args.bootstrap)
     else:
-        cfg.set("kafka.base_port", free_port_pair())
+        cfg.set("kafka.base_port", free_port_pair(29092))
         cfg.set("kafka.heap", "1g")
         cluster = LocalKafka(cfg)
         cfg.set("kafka.bootstrap_servers", cluster.start())

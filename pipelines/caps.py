@@ -39,16 +39,16 @@ class CapDecision:
 
     @property
     def delivered_by_broker(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for _, _, broker, _, _, delivered, _ in self.rows:
-            out[broker] = out.get(broker, 0) + delivered
-        return out
+        return self._by_broker(5)
 
     @property
     def dropped_by_broker(self) -> dict[str, int]:
+        return self._by_broker(6)
+
+    def _by_broker(self, column: int) -> dict[str, int]:
         out: dict[str, int] = {}
-        for _, _, broker, _, _, _, dropped in self.rows:
-            out[broker] = out.get(broker, 0) + dropped
+        for row in self.rows:
+            out[row[2]] = out.get(row[2], 0) + row[column]
         return out
 
     @property

@@ -4,31 +4,17 @@ from __future__ import annotations
 
 import argparse
 import io
-import socket
 from pathlib import Path
 
 import fastavro
 import pytest
 
 from skyfilter.config import Config
-from skyfilter.kafka_local import LocalKafka
+from skyfilter.kafka_local import LocalKafka, free_port_pair
 from skyfilter.wire import unframe
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-
-
-def free_port_pair(start: int = 39092) -> int:
-    """A port p such that p and p+1 are free on 127.0.0.1."""
-    for port in range(start, start + 200, 2):
-        if all(_free(p) for p in (port, port + 1)):
-            return port
-    raise RuntimeError("no free port pair for the test Kafka")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +22,7 @@ def kafka_cfg(tmp_path_factory) -> Config:
     """A config whose state lives in a temporary folder, with a running single-node Kafka."""
     cfg = Config.load(ROOT / "conf" / "local.yaml")
     cfg.set("state_dir", str(tmp_path_factory.mktemp("state")))
-    cfg.set("kafka.base_port", free_port_pair())
+    cfg.set("kafka.base_port", free_port_pair(39092))
     cfg.set("kafka.heap", "512m")
     cfg.set("topics.alerts_partitions", 3)
     cluster = LocalKafka(cfg)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import free_port_pair
+from skyfilter.kafka_local import free_port_pair
 
 CLI = [sys.executable, "-m", "skyfilter.cli"]
 
