@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -92,11 +92,16 @@ class VisitCaps:
         if not allowed:
             return matches, decision
         key = F.concat_ws("/", F.col("match.broker"), F.col("visit_id").cast("string"))
-        order = Window.partitionBy("match.broker", "visit_id").orderBy(F.length("alert_id"), "alert_id")
-        limits = F.create_map(*[F.lit(v) for item in allowed.items() for v in item])
-        kept = (matches.withColumn("_rank", F.row_number().over(order))
-                .where(F.col("_rank") <= F.coalesce(limits[key], F.lit(2 ** 62))).drop("_rank"))
-        return kept, decision
+        candidates = matches.where(key.isin(list(allowed))).select(
+            F.col("match.broker").alias("broker"), "visit_id", "alert_id").collect()
+        by_key: dict[str, list[str]] = {}
+        for row in candidates:
+            by_key.setdefault(f"{row.broker}/{row.visit_id}", []).append(row.alert_id)
+        kept = [f"{k}/{alert_id}" for k, ids in by_key.items()
+                for alert_id in sorted(ids, key=lambda i: (len(i), i))[: allowed[k]]]
+        # Only the small (broker, visit, alert id) triples reach the driver; the wide rows never move.
+        keep = ~key.isin(list(allowed)) | F.concat_ws("/", key, F.col("alert_id")).isin(kept)
+        return matches.where(keep), decision
 
     def record(self, decision: CapDecision, batch_id: int) -> None:
         """Remember what was delivered, and append the batch's counts to ``broker_visits``."""

@@ -8,12 +8,13 @@ from bench.filter_scaling import main as filter_scaling
 
 
 def test_filter_scaling_runs_on_a_tiny_night(kafka_cfg, spark, tmp_path, capsys):
-    code = filter_scaling(["--alerts", "40", "--alerts-per-visit", "20", "--filters", "1,3", "--repeats", "1",
+    code = filter_scaling(["--alerts", "40", "--alerts-per-visit", "20", "--filters", "1,3", "--brokers", "2",
+                           "--repeats", "1",
                            "--no-stamps", "--max-offsets", "20", "--quiet", "--bootstrap", kafka_cfg.bootstrap_servers,
                            "--state-dir", str(tmp_path / "state"), "--results", str(tmp_path / "results")])
     assert code == 0
     result = json.loads((tmp_path / "results" / "filter_scaling_sql.json").read_text())
-    assert [(r["filters"], r["brokers"], r["alerts"]) for r in result["results"]] == [(1, 1, 40), (3, 3, 40)]
+    assert [(r["filters"], r["brokers"], r["alerts"]) for r in result["results"]] == [(1, 2, 40), (3, 2, 40)]
     assert all(r["batches"] >= 2 and r["alerts_per_s"] > 0 for r in result["results"])
     assert result["machine"]["cores"] and "filter_scaling" in result["command"]
     for suffix in ("csv", "md", "png"):
