@@ -2,7 +2,8 @@
 
 1. decode and evaluate every filter once (cached for the steps below);
 2. cap each broker's matches per visit (``pipelines/caps.py``), then deliver
-   them to the broker topics through one Kafka write;
+   them to the broker topics, and undecodable messages to the dead-letter
+   topic, through one Kafka write;
 3. archive the accepted alerts, the matches and any rejects to Delta,
    idempotently per batch (``txnAppId``/``txnVersion``), so a retried batch
    is never archived twice;
@@ -29,7 +30,7 @@ from pyspark.sql import functions as F
 from pipelines.archive import record_schema, split_archive
 from pipelines.caps import VisitCaps
 from pipelines.decode import is_accepted
-from pipelines.fanout import MATCHES, evaluate, kafka_messages, match_rows
+from pipelines.fanout import MATCHES, deadletter_messages, evaluate, kafka_messages, match_rows
 from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, SAMPLE_SUFFIX, SECONDS_SUFFIX, filter_column
 from pipelines.nightly_topics import NightlyTopics
 from pipelines.quarantine import Quarantine
@@ -97,7 +98,9 @@ class BatchProcessor:
         evaluated = evaluate(plan.decode(batch), plan.filters, plan.brokers).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             matches, capped = self.caps.apply(match_rows(evaluated), plan.brokers)
-            kafka_messages(matches, plan.encodings).write.format("kafka").options(**self.kafka_options).save()
+            outgoing = kafka_messages(matches, plan.encodings).unionByName(
+                deadletter_messages(evaluated, plan.deadletter_topic))
+            outgoing.write.format("kafka").options(**self.kafka_options).save()
             delivered = time.time()
             stats = self._stats(evaluated, delivered)
             if stats["input_alerts"] == 0:
@@ -193,8 +196,8 @@ class BatchProcessor:
         for name, error in stats["errors"].items():
             self.log(f"batch {batch_id}: Python filter '{name}' failed, no matches from it in this batch: {error}")
         if stats["rejected"]:
-            self.log(f"batch {batch_id}: {stats['rejected']} message(s) could not be decoded; "
-                     f"kept with their reason in {self.plan.tables['rejects']}")
+            self.log(f"batch {batch_id}: {stats['rejected']} message(s) could not be decoded; sent to "
+                     f"'{self.plan.deadletter_topic}' and kept with their reason in {self.plan.tables['rejects']}")
         self.log(f"batch {batch_id}: {stats['input_alerts']} alerts, {stats['matches']} matches, "
                  f"delivered in {delivered - started:.2f} s, done in {finished - started:.2f} s, "
                  f"latency p50 {_sec(p50)} p99 {_sec(p99)}")

@@ -34,11 +34,13 @@ def night_of(time_mjd: Column, offset_hours: float) -> Column:
 
 
 def decode(raw: DataFrame, schema_json: str, schema_id: int, columns: AlertColumns,
-           night_offset_hours: float) -> DataFrame:
+           night_offset_hours: float, max_bytes: int | None = None) -> DataFrame:
     """One row per Kafka message: Kafka metadata, derived columns, then the alert's fields."""
     value = F.col("value")
     header_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
     framed_ok = value.isNotNull() & (F.length(value) >= 5) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
+    if max_bytes:
+        framed_ok = framed_ok & (F.length(value) <= max_bytes)
     body = F.expr("substring(value, 6)")
     with_alert = raw.select(
         F.col("topic").alias("kafka_topic"), F.col("partition").alias("kafka_partition"),
@@ -49,15 +51,23 @@ def decode(raw: DataFrame, schema_json: str, schema_id: int, columns: AlertColum
         .alias("_alert"),
     )
     reason = (F.when(F.col("kafka_value").isNull(), F.lit("null value"))
+              .when(F.length("kafka_value") == 0, F.lit("zero-length value"))
               .when(F.length("kafka_value") < 5, F.lit("shorter than the 5-byte wire-format header"))
-              .when(F.col("schema_id").isNull(), F.lit("wrong magic byte (not Confluent wire format)"))
+              .when(F.length("kafka_value") > F.lit(max_bytes or 2**31 - 1),
+                    F.format_string(f"oversized: %d bytes, over stream.max_alert_bytes ({max_bytes})",
+                                    F.length("kafka_value")))
+              .when(F.substring("kafka_value", 1, 1) != F.lit(bytearray(b"\x00")),
+                    F.lit("wrong magic byte (not Confluent wire format)"))
               .when(F.col("schema_id") != schema_id,
                     F.format_string(f"schema id %d, but this topic carries schema id {schema_id}", "schema_id"))
               .when(F.col("_alert").isNull(), F.lit("Avro body does not decode with the topic's schema")))
     flat = with_alert.select(*KAFKA_COLUMNS, "schema_id", reason.alias("reject_reason"), "_alert.*")
+    # PERMISSIVE from_avro gives a record of nulls for a body it cannot read: no alert id means no alert.
+    reject = F.coalesce(F.col("reject_reason"), F.when(F.expr(columns.alert_id).isNull(), F.lit(
+        "Avro body does not decode with the topic's schema (no alert id)")))
     return flat.select(
         night_of(F.expr(columns.time_mjd), night_offset_hours).alias("night"),
         F.expr(columns.visit_id).cast("long").alias("visit_id"),
         F.expr(columns.alert_id).cast("string").alias("alert_id"),
-        *flat.columns,
+        *[reject.alias(c) if c == "reject_reason" else F.col(f"`{c}`") for c in flat.columns],
     )

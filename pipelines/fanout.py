@@ -1,7 +1,7 @@
 """Fan-out: which brokers each alert goes to, and the Kafka messages that carry it there.
 
 Every (alert, broker) match becomes one row with a ``topic`` column so one
-Kafka sink serves every broker.  ``full`` sends the input bytes unchanged;
+Kafka sink serves every broker, and the dead-letter topic too.  ``full`` sends the input bytes unchanged;
 ``nocutouts`` and ``lite`` re-encode the alert under their own registered
 schema (see ``pipelines/outputs.py``).  Headers: ``filters`` (matched filter names,
 comma-separated), ``alert_id`` (for de-duplication) and ``input_time``
@@ -85,3 +85,17 @@ def kafka_messages(matches: DataFrame, encodings: dict[str, Encoding]) -> DataFr
     )
     return matches.select(F.col("match.topic").alias("topic"), F.col("kafka_key").alias("key"),
                           value.alias("value"), headers.alias("headers"))
+
+
+def deadletter_messages(evaluated: DataFrame, topic: str) -> DataFrame:
+    """The input messages that did not decode, for the dead-letter topic: key and bytes unchanged, and headers
+    ``reason``, ``source_topic``, ``source_partition``, ``source_offset``, ``source_timestamp`` (ms)."""
+    headers = F.array(
+        _header("reason", F.col("reject_reason")),
+        _header("source_topic", F.col("kafka_topic")),
+        _header("source_partition", F.col("kafka_partition").cast("string")),
+        _header("source_offset", F.col("kafka_offset").cast("string")),
+        _header("source_timestamp", F.unix_millis("kafka_timestamp").cast("string")),
+    )
+    return evaluated.where(~is_accepted()).select(F.lit(topic).alias("topic"), F.col("kafka_key").alias("key"),
+                                                  F.col("kafka_value").alias("value"), headers.alias("headers"))

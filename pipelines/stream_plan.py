@@ -26,6 +26,7 @@ from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 from skyfilter.filter_loader import FilterProblem, FilterSpec, load_filters
 from skyfilter.registry import open_registry, subject_for
+from skyfilter.topics import ensure_topics
 
 KAFKA_SOURCE_SCHEMA = T.StructType([
     T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
@@ -54,6 +55,12 @@ class StreamPlan:
     night_offset_hours: float
     problems: list[FilterProblem | str] = field(default_factory=list)
     cfg: Config | None = None
+    max_alert_bytes: int | None = None
+
+    @property
+    def deadletter_topic(self) -> str:
+        """Where undecodable input messages go, bytes unchanged, with the reason in a header."""
+        return f"{self.topic}.deadletter"
 
     @property
     def schema_json(self) -> str:
@@ -61,7 +68,8 @@ class StreamPlan:
 
     def decode(self, raw: DataFrame) -> DataFrame:
         """Kafka rows of this topic, decoded (see pipelines/decode.py)."""
-        return decode(raw, self.schema_json, self.schema_id, self.columns, self.night_offset_hours)
+        return decode(raw, self.schema_json, self.schema_id, self.columns, self.night_offset_hours,
+                      self.max_alert_bytes)
 
 
 def wait_for_schema(cfg: Config, bootstrap: str, topic: str, wait_s: float, log=print) -> tuple[int, str] | None:
@@ -140,8 +148,9 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
     enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
     cutouts = configured_cutouts(cfg, definition)
     encodings = prepare_outputs(cfg, template, definition, cutouts, brokers, enabled)
+    ensure_topics(cfg, cfg.bootstrap_servers, {f"{topic}.deadletter": int(cfg.get("topics.broker_partitions"))})
     return StreamPlan(
         name=name, topic=topic, bootstrap=cfg.bootstrap_servers, schema_id=schema_id, schema=definition,
         columns=columns, filters=enabled, brokers=brokers, encodings=encodings, cutouts=cutouts,
         tables=table_paths(cfg, name), checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset,
-        problems=problems, cfg=cfg)
+        problems=problems, cfg=cfg, max_alert_bytes=int(cfg.get("stream.max_alert_bytes")))

@@ -1,0 +1,72 @@
+"""Dead letters: every kind of bad input message goes to ``<topic>.deadletter`` with its reason and origin, and
+to the ``rejects`` table; the good alerts around them are all delivered."""
+
+from __future__ import annotations
+
+from confluent_kafka import Producer
+
+from conftest import DATA, decode_messages, stream_args, write_files
+from pipelines.filter_stream import run
+from producers.command import ProduceOptions, produce
+from skyfilter.avro_schemas import avro_files, read_container, rubin_schema
+from skyfilter.delivery import read_topic
+from skyfilter.wire import frame, unframe
+
+TOPIC = "dl.alerts"
+MAX_BYTES = 200_000
+
+
+def _good(cfg, night: str, seed: int):
+    return produce(cfg, ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=20, interval_s=0.0, stamps=False,
+                                       seed=seed, night=night, progress=False), log=lambda line: None)
+
+
+def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, spark, tmp_path):
+    report = _good(kafka_cfg, "2026-10-01", 1)
+    sample = next(m for m in read_topic(kafka_cfg.bootstrap_servers, TOPIC))
+    schema_id, body = unframe(sample.value)
+    ztf_body = next(read_container(avro_files([DATA / "ztf-3.3"])[0])[1]).body
+    bad = {
+        b"garbage": (b"this is not an alert at all, just text", "wrong magic byte"),
+        b"empty": (b"", "zero-length value"),
+        b"magic": (b"\x01" + b"\x00" * 40, "wrong magic byte"),
+        b"unknown-id": (frame(987654, body), "schema id 987654, but this topic carries schema id"),
+        b"truncated": (frame(schema_id, body[: len(body) // 2]), "Avro body does not decode"),
+        b"other-schema": (frame(schema_id, ztf_body), "Avro body does not decode"),
+        b"oversized": (frame(schema_id, body + b"\x00" * (MAX_BYTES + 1000)), "oversized: "),
+        b"null-value": (None, "null value"),
+    }
+    producer = Producer({"bootstrap.servers": kafka_cfg.bootstrap_servers, "message.max.bytes": 2_000_000})
+    for key, (value, _) in bad.items():
+        producer.produce(TOPIC, key=key, value=value)
+    assert producer.flush(30) == 0
+    _good(kafka_cfg, "2026-10-02", 2)
+    assert report.schema_id == schema_id
+
+    write_files(tmp_path / "filters", {"everything.sql": "alert_id IS NOT NULL"})
+    (tmp_path / "brokers.yaml").write_text("brokers:\n  dl_all:\n    filters: [everything]\n"
+                                           "    max_alerts_per_visit: null\n")
+    lines: list[str] = []
+    totals = run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
+                             extra=["--set", f"stream.max_alert_bytes={MAX_BYTES}"]), spark, lines.append)
+    assert totals.input_alerts == 48 and totals.rejected == 8 and totals.archived == 40
+
+    inputs = {m.key: m for m in read_topic(kafka_cfg.bootstrap_servers, TOPIC) if m.key in bad}
+    letters = read_topic(kafka_cfg.bootstrap_servers, f"{TOPIC}.deadletter")
+    assert sorted(m.key for m in letters) == sorted(bad)
+    for letter in letters:
+        value, reason = bad[letter.key]
+        assert letter.value == value
+        assert letter.headers["reason"].startswith(reason), (letter.key, letter.headers["reason"])
+        source = inputs[letter.key]
+        assert (letter.headers["source_topic"], int(letter.headers["source_partition"]),
+                int(letter.headers["source_offset"])) == (TOPIC, source.partition, source.offset)
+        assert int(letter.headers["source_timestamp"]) == source.timestamp_ms
+
+    good = [m for m in read_topic(kafka_cfg.bootstrap_servers, TOPIC) if m.key not in bad]
+    good_ids = sorted(str(r["diaSourceId"]) for r in decode_messages(good, rubin_schema("10.0")))
+    delivered = sorted(m.headers["alert_id"] for m in read_topic(kafka_cfg.bootstrap_servers, "filtered.dl_all"))
+    assert len(good_ids) == 40 and delivered == good_ids
+    rejects = spark.read.format("delta").load(str(kafka_cfg.delta_dir / TOPIC / "rejects"))
+    assert sorted(r.kafka_key for r in rejects.select("kafka_key").collect()) == sorted(bad)
+    assert any(f"sent to '{TOPIC}.deadletter'" in line for line in lines)
