@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,29 +32,41 @@ BROKER_VISITS_SCHEMA = T.StructType([
 RECENT_NIGHTS = 2  # a visit never spans more than this many nights: older counts are not reloaded
 
 
+class BrokerVisit(NamedTuple):
+    """One broker's counts for one visit in one batch (a ``broker_visits`` row without its batch id)."""
+
+    night: str
+    visit_id: int
+    broker: str
+    max_alerts_per_visit: int | None
+    matched: int
+    delivered: int
+    dropped_by_cap: int
+
+
 @dataclass
 class CapDecision:
     """One batch's per (broker, visit) counts, before and after the cap."""
 
-    rows: list[tuple]  # BROKER_VISITS_SCHEMA without batch_id
+    rows: list[BrokerVisit]
 
     @property
     def delivered_by_broker(self) -> dict[str, int]:
-        return self._by_broker(5)
+        return self._by_broker("delivered")
 
     @property
     def dropped_by_broker(self) -> dict[str, int]:
-        return self._by_broker(6)
+        return self._by_broker("dropped_by_cap")
 
-    def _by_broker(self, column: int) -> dict[str, int]:
+    def _by_broker(self, field: str) -> dict[str, int]:
         out: dict[str, int] = {}
         for row in self.rows:
-            out[row[2]] = out.get(row[2], 0) + row[column]
+            out[row.broker] = out.get(row.broker, 0) + getattr(row, field)
         return out
 
     @property
     def delivered(self) -> int:
-        return sum(row[5] for row in self.rows)
+        return sum(row.delivered for row in self.rows)
 
 
 class VisitCaps:
@@ -85,7 +98,7 @@ class VisitCaps:
             cap = caps.get(row.broker)
             already = self.delivered.get((row.broker, row.visit_id), 0)
             room = row["count"] if cap is None else max(0, min(row["count"], cap - already))
-            rows.append((row.night, row.visit_id, row.broker, cap, row["count"], room, row["count"] - room))
+            rows.append(BrokerVisit(row.night, row.visit_id, row.broker, cap, row["count"], room, row["count"] - room))
             if room < row["count"]:
                 allowed[f"{row.broker}/{row.visit_id}"] = room
         decision = CapDecision(rows)
@@ -105,7 +118,8 @@ class VisitCaps:
 
     def record(self, decision: CapDecision, batch_id: int) -> None:
         """Remember what was delivered, and append the batch's counts to ``broker_visits``."""
-        for _, visit_id, broker, _, _, delivered, _ in decision.rows:
-            self.delivered[(broker, visit_id)] = self.delivered.get((broker, visit_id), 0) + delivered
+        for row in decision.rows:
+            key = (row.broker, row.visit_id)
+            self.delivered[key] = self.delivered.get(key, 0) + row.delivered
         frame = self.spark.createDataFrame([(*row, batch_id) for row in decision.rows], BROKER_VISITS_SCHEMA)
         append(frame, self.table, self.app_id, batch_id, "night")

@@ -74,7 +74,7 @@ def analyze_sql(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> SqlShap
         except ParseException as exc:
             return _syntax_problem(spec, exc)
         if parsed.nodeName() == "Alias":  # Spark reads "a > 1 AND" as the condition named "AND"
-            return FilterProblem(spec.path, text.rstrip().count("\n") + 1,
+            return FilterProblem(spec.path, line_at(text, len(text.rstrip())),
                                  f"SQL syntax error: unexpected '{parsed.name()}' after the condition")
         return _analyze_condition(frame, spec, paths, text)
     try:
@@ -222,7 +222,7 @@ def _function_label(name: str) -> str:
 def _line_of_function(text: str, name: str) -> int:
     label = _function_label(name)[:-2]
     position = text.lower().find(label)
-    return text[:position].count("\n") + 1 if position >= 0 else 1
+    return line_at(text, position) if position >= 0 else 1
 
 
 def _statement_name(parsed) -> str:
@@ -236,9 +236,14 @@ def _source_of(text: str, node) -> str:
     return text[start.get(): stop.get() + 1] if start.isDefined() and stop.isDefined() else node.sql()
 
 
+def line_at(text: str, offset: int) -> int:
+    """The 1-based line of a character offset."""
+    return text[:offset].count("\n") + 1
+
+
 def _line_at(text: str, node) -> int:
     start = node.origin().startIndex()
-    return text[: start.get()].count("\n") + 1 if start.isDefined() else 1
+    return line_at(text, start.get()) if start.isDefined() else 1
 
 
 def _position(text: str, exc: ParseException) -> int:
@@ -254,7 +259,7 @@ def _position(text: str, exc: ParseException) -> int:
 def _syntax_problem(spec: FilterSpec, exc: ParseException) -> FilterProblem:
     text = spec.source
     offset = _position(text, exc)
-    line = text[:offset].count("\n") + 1
+    line = line_at(text, offset)
     before = re.sub(r"--[^\n]*", "", text[:offset]).rstrip()
     if (before.endswith(";") and before[:-1].strip()) or text[offset:offset + 1] == ";":
         return FilterProblem(spec.path, line, "several statements: a filter is one condition or one SELECT")
@@ -270,7 +275,7 @@ def first_line(exc: Exception) -> str:
 def _line_of(text: str, exc: AnalysisException) -> int:
     for context in exc.getQueryContext() or []:
         try:
-            return text[: context.startIndex()].count("\n") + 1
+            return line_at(text, context.startIndex())
         except Exception:  # noqa: BLE001 - a context without a position
             continue
     return 1
