@@ -29,6 +29,7 @@ from pipelines.session import get_spark  # noqa: E402
 from pipelines.stream_plan import StreamPlan, build_plan, wait_for_schema  # noqa: E402
 from skyfilter.config import Config  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
+from skyfilter.kafka_clients import act_as, spark_kafka_options, spark_sink_options  # noqa: E402
 from skyfilter.topics import check_reachable  # noqa: E402
 
 
@@ -58,8 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def load_config(args: argparse.Namespace) -> Config:
     """The config with the command-line flags applied on top."""
-    return config_from_args(args, {"stream.filters_dir": args.filters_dir, "stream.brokers": args.brokers,
-                                   "stream.trigger": args.trigger, "topics.alerts": args.topic})
+    cfg = config_from_args(args, {"stream.filters_dir": args.filters_dir, "stream.brokers": args.brokers,
+                                  "stream.trigger": args.trigger, "topics.alerts": args.topic})
+    return act_as(cfg, "pipeline")
 
 
 def trigger_options(cfg: Config, available_now: bool) -> tuple[dict, str]:
@@ -86,9 +88,9 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     cfg = load_config(args)
     topic = str(cfg.get("topics.alerts"))
     name = args.name or topic
-    check_reachable(cfg.bootstrap_servers)
+    check_reachable(cfg)
     wait = args.wait_for_schema if args.wait_for_schema is not None else (0 if args.available_now else 1e9)
-    schema = wait_for_schema(cfg, cfg.bootstrap_servers, topic, wait, log)
+    schema = wait_for_schema(cfg, topic, wait, log)
     if schema is None:
         log(f"nothing to do: no schema is registered for topic '{topic}' (nothing was produced to it)")
         return StreamTotals()
@@ -99,21 +101,18 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     log(f"stream '{name}': topic '{topic}' (schema id {plan.schema_id}, {plan.columns.family}), "
         f"{len(plan.filters)} filter(s) enabled for {len(plan.brokers)} broker(s)")
     trigger, label = trigger_options(cfg, args.available_now)
-    max_bytes = str(int(cfg.get("kafka.max_message_bytes")))
     filters_dir, brokers_file = cfg.path("stream.filters_dir"), cfg.path("stream.brokers")
     quarantine = Quarantine(spark, cfg, plan, filters_dir, log)
     reloader = PlanReloader(spark, cfg, plan, filters_dir, brokers_file, log) \
         if cfg.get("stream.hot_reload", True) else None
-    processor = BatchProcessor(spark, plan, label, {
-        "kafka.bootstrap.servers": plan.bootstrap, "kafka.max.request.size": max_bytes,
-        "kafka.acks": "all", "kafka.linger.ms": "5"}, log, quarantine, reloader)
+    processor = BatchProcessor(spark, plan, label, spark_sink_options(cfg), log, quarantine, reloader)
     processor.warm_up()
     source = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", plan.bootstrap)
+              .options(**spark_kafka_options(cfg))
               .option("subscribe", topic)
               .option("startingOffsets", str(cfg.get("stream.starting_offsets")))
               .option("maxOffsetsPerTrigger", int(cfg.get("stream.max_offsets_per_trigger")))
-              .option("kafka.max.partition.fetch.bytes", max_bytes)
+              .option("kafka.max.partition.fetch.bytes", str(int(cfg.get("kafka.max_message_bytes"))))
               .load())
     query = (source.writeStream.queryName(f"filter_stream_{name}").foreachBatch(processor)
              .option("checkpointLocation", str(plan.checkpoint)).trigger(**trigger).start())

@@ -30,7 +30,7 @@ class NightlyTopics:
         self.topic = topic
         self.schema = schema
         self.retention_ms = str(int(float(cfg.get("stream.nightly_topics.retention_hours")) * 3_600_000))
-        self.partitions = max(topic_partitions(cfg.bootstrap_servers, topic), 1)
+        self.partitions = max(topic_partitions(cfg, topic), 1)
         self.ready: set[str] = set()
 
     def write(self, accepted: DataFrame, kafka_options: dict[str, str]) -> None:
@@ -38,9 +38,9 @@ class NightlyTopics:
         nights = [r.night for r in accepted.select("night").distinct().collect() if r.night]
         new = [nightly_topic(self.topic, n) for n in nights if nightly_topic(self.topic, n) not in self.ready]
         if new:
-            ensure_topics(self.cfg, self.cfg.bootstrap_servers, dict.fromkeys(new, self.partitions),
+            ensure_topics(self.cfg, dict.fromkeys(new, self.partitions),
                           {"retention.ms": self.retention_ms})
-            registry = open_registry(self.cfg, self.cfg.bootstrap_servers)
+            registry = open_registry(self.cfg)
             for name in new:
                 registry.register(subject_for(name), self.schema, exclusive=True)
             self.ready.update(new)

@@ -58,7 +58,7 @@ def prepare_outputs(cfg: Config, template: DataFrame, definition: dict, cutouts:
                     brokers: list[BrokerSpec], filters: list[FilterSpec]) -> dict[str, Encoding]:
     """Create the broker topics and register their schemas; the encoding of every non-``full`` broker."""
     encodings: dict[str, Encoding] = {}
-    registry = open_registry(cfg, cfg.bootstrap_servers) if any(b.format != "full" for b in brokers) else None
+    registry = open_registry(cfg) if any(b.format != "full" for b in brokers) else None
     reduced = without_fields(definition, cutouts)
     for broker in brokers:
         if broker.format == "nocutouts":
@@ -71,5 +71,5 @@ def prepare_outputs(cfg: Config, template: DataFrame, definition: dict, cutouts:
             continue
         schema_id = registry.register(subject_for(broker.topic), schema)
         encodings[broker.name] = Encoding(schema_text(schema), schema_id, columns)
-    ensure_topics(cfg, cfg.bootstrap_servers, {b.topic: int(cfg.get("topics.broker_partitions")) for b in brokers})
+    ensure_topics(cfg, {b.topic: int(cfg.get("topics.broker_partitions")) for b in brokers})
     return encodings

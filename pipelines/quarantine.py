@@ -24,6 +24,7 @@ from pipelines.stream_plan import StreamPlan
 from pipelines.tables import append
 from skyfilter.config import Config
 from skyfilter.filter_loader import FilterProblem, load_filters
+from skyfilter.kafka_clients import client_settings
 from skyfilter.topics import ensure_topics
 
 STATUS_SCHEMA = T.StructType([
@@ -59,7 +60,7 @@ class Quarantine:
         self.table = plan.tables["filter_status"]
         self.filters_dir = filters_dir
         self.states = self._initial_states(filters_dir)
-        ensure_topics(cfg, plan.bootstrap, {self.errors_topic: 1})
+        ensure_topics(cfg, {self.errors_topic: 1})
         self._resume()
         self._save()
 
@@ -143,7 +144,7 @@ class Quarantine:
     def _publish(self, events: list[dict]) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self.plan.bootstrap, "acks": "all", "log_level": 3})
+        producer = Producer(client_settings(self.cfg, acks="all", log_level=3))
         for event in events:
             producer.produce(self.errors_topic, key=event["filter"].encode(), value=json.dumps(event).encode())
         if producer.flush(30):

@@ -36,6 +36,7 @@ from pipelines.stream_plan import configured_cutouts, resolve_filters  # noqa: E
 from pipelines.tables import table_paths  # noqa: E402
 from skyfilter.config import Config  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
+from skyfilter.kafka_clients import act_as, client_settings, spark_sink_options  # noqa: E402
 from skyfilter.registry import open_registry, subject_for  # noqa: E402
 from skyfilter.topics import check_reachable, ensure_topics, topic_partitions  # noqa: E402
 
@@ -88,22 +89,21 @@ def restream(cfg: Config, messages: DataFrame, schema: dict, topic: str, speed: 
     from confluent_kafka import Producer
     from tqdm import tqdm
 
-    bootstrap = cfg.bootstrap_servers
     messages = messages.persist()  # re-encoding a night is costly: do it once for the checks and the send
     mismatched = messages.where(~F.coalesce(F.col("byte_identical"), F.lit(False))).count()
     if mismatched:
         raise SkyfilterError(f"{mismatched} archived alert(s) would not be restored byte for byte "
                              f"(hash mismatch or missing cutouts); nothing was sent")
-    partitions = max(topic_partitions(bootstrap, messages.first().kafka_topic), 1)
-    ensure_topics(cfg, bootstrap, {topic: partitions})
-    open_registry(cfg, bootstrap).register(subject_for(topic), schema, exclusive=True)
-    target_partitions = topic_partitions(bootstrap, topic)
+    partitions = max(topic_partitions(cfg, messages.first().kafka_topic), 1)
+    ensure_topics(cfg, {topic: partitions})
+    open_registry(cfg).register(subject_for(topic), schema, exclusive=True)
+    target_partitions = topic_partitions(cfg, topic)
     starts = {r.visit_id: r.start.timestamp() for r in
               messages.groupBy("visit_id").agg(F.min("kafka_timestamp").alias("start")).collect()}
     ordered = messages.select("visit_id", "kafka_partition", "kafka_key", "kafka_value", "kafka_timestamp") \
         .orderBy("kafka_timestamp", "kafka_partition", "kafka_offset")
     total = messages.count()
-    producer = Producer({**cfg.section("producer"), "bootstrap.servers": bootstrap})
+    producer = Producer(client_settings(cfg, **cfg.section("producer")))
     failures: list[str] = []
 
     def delivered(error, _message):
@@ -150,9 +150,7 @@ def refilter(spark, cfg: Config, messages: DataFrame, schema: dict, args: argpar
     matches, _ = VisitCaps(spark).apply(match_rows(evaluated), brokers)  # whole visits: lowest alert ids kept
     if args.to_brokers:
         encodings = prepare_outputs(cfg, frame, schema, configured_cutouts(cfg, schema), brokers, filters)
-        kafka_messages(matches, encodings).write.format("kafka") \
-            .option("kafka.bootstrap.servers", cfg.bootstrap_servers) \
-            .option("kafka.max.request.size", str(int(cfg.get("kafka.max_message_bytes")))).save()
+        kafka_messages(matches, encodings).write.format("kafka").options(**spark_sink_options(cfg)).save()
     table = Path(args.matches_table) if args.matches_table else cfg.delta_dir / name / "rematches"
     rows = matches.select("night", "visit_id", "alert_id", F.col("match.broker").alias("broker"),
                           F.col("match.topic").alias("topic"), F.col("match.filters").alias("filters"),
@@ -167,12 +165,12 @@ def refilter(spark, cfg: Config, messages: DataFrame, schema: dict, args: argpar
 
 def run(args: argparse.Namespace, spark=None, log=print) -> dict:
     """Replay or re-filter one night; returns the figures of the summary line."""
-    cfg = config_from_args(args)
+    cfg = act_as(config_from_args(args), "pipeline")
     name = args.name or str(cfg.get("topics.alerts"))
     selection = NightSelection(args.night, parse_visits(args.visits), args.as_of_version, args.as_of_timestamp)
     speed = speed_factor(args.speed)
     if args.to_topic or args.to_brokers:
-        check_reachable(cfg.bootstrap_servers)
+        check_reachable(cfg)
     spark = spark or get_spark(f"skyfilter-replay-{name}")
     began = time.time()
     messages, _, schema = read_messages(spark, table_paths(cfg, name), selection)

@@ -42,7 +42,6 @@ class StreamPlan:
 
     name: str
     topic: str
-    bootstrap: str
     schema_id: int
     schema: dict
     columns: AlertColumns
@@ -72,9 +71,9 @@ class StreamPlan:
                       self.max_alert_bytes)
 
 
-def wait_for_schema(cfg: Config, bootstrap: str, topic: str, wait_s: float, log=print) -> tuple[int, str] | None:
+def wait_for_schema(cfg: Config, topic: str, wait_s: float, log=print) -> tuple[int, str] | None:
     """The (id, schema) registered for a topic, waiting up to ``wait_s`` seconds for a producer."""
-    registry = open_registry(cfg, bootstrap)
+    registry = open_registry(cfg)
     deadline = time.monotonic() + wait_s
     announced = False
     while True:
@@ -148,9 +147,9 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
     enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
     cutouts = configured_cutouts(cfg, definition)
     encodings = prepare_outputs(cfg, template, definition, cutouts, brokers, enabled)
-    ensure_topics(cfg, cfg.bootstrap_servers, {f"{topic}.deadletter": int(cfg.get("topics.broker_partitions"))})
+    ensure_topics(cfg, {f"{topic}.deadletter": int(cfg.get("topics.broker_partitions"))})
     return StreamPlan(
-        name=name, topic=topic, bootstrap=cfg.bootstrap_servers, schema_id=schema_id, schema=definition,
+        name=name, topic=topic, schema_id=schema_id, schema=definition,
         columns=columns, filters=enabled, brokers=brokers, encodings=encodings, cutouts=cutouts,
         tables=table_paths(cfg, name), checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset,
         problems=problems, cfg=cfg, max_alert_bytes=int(cfg.get("stream.max_alert_bytes")))

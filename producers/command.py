@@ -9,6 +9,7 @@ from producers.sources import FileSource, SimulatedSource
 from skyfilter.alert_columns import current_night
 from skyfilter.avro_schemas import rubin_schema
 from skyfilter.config import Config
+from skyfilter.kafka_clients import act_as, client_settings
 from skyfilter.registry import open_registry, subject_for
 from skyfilter.topics import check_reachable, ensure_topics
 
@@ -35,8 +36,11 @@ class ProduceOptions:
 def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
     """Produce simulated or replayed alerts as the options say; returns the report."""
     topic = options.topic or str(cfg.get("topics.alerts"))
-    bootstrap = options.bootstrap or cfg.bootstrap_servers
-    check_reachable(bootstrap)
+    if options.bootstrap:
+        cfg = cfg.copy()
+        cfg.set("kafka.bootstrap_servers", options.bootstrap)
+    act_as(cfg, "producer")
+    check_reachable(cfg)
     if options.from_paths:
         source = FileSource(options.from_paths)
         schema = source.schema
@@ -52,8 +56,8 @@ def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
             stamps=cfg.get("simulation.stamps") if options.stamps is None else options.stamps,
             history_length=int(cfg.get("simulation.history_length")), interval_s=interval,
             first_visit=options.first_visit)
-    ensure_topics(cfg, bootstrap, {topic: int(cfg.get("topics.alerts_partitions"))})
-    source.schema_id = open_registry(cfg, bootstrap).register(subject_for(topic), schema, exclusive=True)
-    conf = {**{k: v for k, v in cfg.section("producer").items()}, "bootstrap.servers": bootstrap}
+    ensure_topics(cfg, {topic: int(cfg.get("topics.alerts_partitions"))})
+    source.schema_id = open_registry(cfg).register(subject_for(topic), schema, exclusive=True)
+    conf = client_settings(cfg, **cfg.section("producer"))
     return run_producers(conf, topic, source, source.schema_id, interval, max(1, options.processes),
                          options.progress, log)

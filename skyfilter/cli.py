@@ -33,8 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     kafka = commands.add_parser("kafka", help="start, stop or inspect the local Kafka (KRaft) cluster",
                                 description="Run Apache Kafka locally in KRaft mode from the Maven Central "
-                                            "jars; data and logs live under <state_dir>/kafka.")
-    kafka.add_argument("action", choices=["start", "stop", "status"])
+                                            "jars; data and logs live under <state_dir>/kafka.  --nodes 3 (or "
+                                            "--config conf/cluster.yaml) runs three nodes with replication 3 and "
+                                            "min.insync.replicas 2; --config conf/secure.yaml adds SASL/SCRAM "
+                                            "logins and one principal with ACLs per broker.")
+    kafka.add_argument("--brokers", help="brokers file whose principals `start`/`grant` create on a secure "
+                                         "cluster (default: stream.brokers)")
+    kafka.add_argument("action", choices=["start", "stop", "status", "grant"],
+                       help="start|stop|status the local nodes; grant: (re)create the principals and ACLs of "
+                            "a secure cluster from brokers.yaml (start does it too)")
     kafka.add_argument("--nodes", type=int, help="number of KRaft nodes (default: kafka.nodes)")
     kafka.add_argument("--port", type=int, help="client port of node 1 (default: kafka.base_port)")
     kafka.add_argument("--state-dir", help="where Kafka data and logs live (default: state_dir)")
@@ -113,7 +120,10 @@ def load_config(args: argparse.Namespace) -> Config:
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:
+    from skyfilter.kafka_clients import credentials_dir
     from skyfilter.kafka_local import LocalKafka
+    from skyfilter.kafka_security import grant
+    from skyfilter.topics import replication
 
     cfg = load_config(args)
     if args.port:
@@ -121,10 +131,15 @@ def cmd_kafka(args: argparse.Namespace) -> int:
     if args.state_dir:
         cfg.set("state_dir", args.state_dir)
     cluster = LocalKafka(cfg, args.nodes)
-    if args.action == "start":
-        bootstrap = cluster.start()
-        print(f"Kafka running ({len(cluster.nodes)} KRaft node(s), logs in {cluster.home}): "
-              f"bootstrap servers {bootstrap}")
+    if args.action in ("start", "grant"):
+        bootstrap = cluster.start() if args.action == "start" else cluster.bootstrap_servers
+        factor, insync = replication(cfg, len(cluster.nodes))
+        print(f"Kafka running ({len(cluster.nodes)} KRaft node(s), replication {factor}, min.insync.replicas "
+              f"{insync}, logs in {cluster.home}): bootstrap servers {bootstrap}")
+        if cluster.secure:
+            done = grant(cluster.admin_config(), args.brokers)
+            print(f"{done['principals']} principals and {done['acls']} ACLs in place; credentials in "
+                  f"{credentials_dir(cfg)} (never printed)")
     elif args.action == "stop":
         stopped = cluster.stop()
         print(f"stopped {len(stopped)} Kafka node(s)" + (f" (pids {', '.join(map(str, stopped))})" if stopped else ""))

@@ -1,5 +1,9 @@
 """Configuration: one YAML file in conf/ (default conf/local.yaml), overridable from the CLI.
 
+A file may start with ``extends: local.yaml`` to change only some keys of
+another file (``conf/cluster.yaml``, ``conf/secure.yaml``); sections merge key
+by key.
+
 Keys are addressed with dots (``kafka.bootstrap_servers``).  A missing key is a
 one-line :class:`SkyfilterError` naming the key and the file.  Relative paths are
 relative to the project root (the folder holding ``conf/``).
@@ -39,18 +43,8 @@ class Config:
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
         """Read a YAML config (default: $SKYFILTER_CONFIG or conf/local.yaml) and apply overrides."""
-        path = Path(path or os.environ.get("SKYFILTER_CONFIG") or DEFAULT_CONFIG)
-        if not path.exists():
-            raise SkyfilterError(f"config file not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else str(path)
-            raise SkyfilterError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-        if not isinstance(data, dict):
-            raise SkyfilterError(f"{path}: expected a mapping of settings at the top level")
-        path = path.resolve()
+        path = Path(path or os.environ.get("SKYFILTER_CONFIG") or DEFAULT_CONFIG).resolve()
+        data = _read_yaml(path)
         root = path.parent.parent if path.parent.name == "conf" else path.parent
         cfg = cls(data, path, root)
         for key, value in (overrides or {}).items():
@@ -118,6 +112,34 @@ class Config:
     @property
     def bootstrap_servers(self) -> str:
         return str(self.get("kafka.bootstrap_servers"))
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """A config file's settings, merged over the file it ``extends`` (if any)."""
+    if not path.exists():
+        raise SkyfilterError(f"config file not found: {path}")
+    if path in seen:
+        raise SkyfilterError(f"{path}: 'extends' loops back to itself")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise SkyfilterError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise SkyfilterError(f"{path}: expected a mapping of settings at the top level")
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    return _merge(_read_yaml((path.parent / str(base)).resolve(), (*seen, path)), data)
+
+
+def _merge(base: dict, changes: dict) -> dict:
+    merged = dict(base)
+    for key, value in changes.items():
+        merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
+            else value
+    return merged
 
 
 def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:

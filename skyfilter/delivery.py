@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
+from skyfilter.kafka_clients import client_settings
 
 
 @dataclass
@@ -30,13 +32,20 @@ class Delivered:
         return None if sent is None else float(self.timestamp_ms - int(sent))
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Delivered]:
-    """Every message currently in a topic (all partitions, from the beginning), in partition/offset order."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"skyfilter-reader-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "log_level": 0, "fetch.max.bytes": 64 * 1024 * 1024})
+def read_topic(cfg: Config, topic: str, timeout: float = 30.0, group: str | None = None) -> list[Delivered]:
+    """Every message currently in a topic (all partitions, from the beginning), in partition/offset order.
+
+    ``group`` names the consumer group (on a secure cluster a broker may only use
+    its own); nothing is committed to it.
+    """
+    consumer = Consumer(client_settings(cfg, **{
+        "group.id": group or f"skyfilter-reader-{uuid.uuid4()}", "enable.auto.commit": False, "log_level": 0,
+        "fetch.max.bytes": 64 * 1024 * 1024}))
     try:
         metadata = consumer.list_topics(topic, timeout=10)
         info = metadata.topics.get(topic)
+        if info is not None and info.error is not None and info.error.name() != "UNKNOWN_TOPIC_OR_PART":
+            raise SkyfilterError(f"cannot read topic '{topic}' at {cfg.bootstrap_servers}: {info.error.str()}")
         if info is None or info.error is not None:
             return []
         ends = {}
@@ -50,7 +59,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Delive
         while remaining:
             message = consumer.poll(timeout)
             if message is None:
-                raise SkyfilterError(f"timed out reading topic '{topic}' at {bootstrap}")
+                raise SkyfilterError(f"timed out reading topic '{topic}' at {cfg.bootstrap_servers}")
             if message.error():
                 raise SkyfilterError(f"reading topic '{topic}': {message.error().str()}")
             messages.append(Delivered(
@@ -60,7 +69,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Delive
                 remaining.pop(message.partition(), None)
         return sorted(messages, key=lambda m: (m.partition, m.offset))
     except KafkaException as exc:
-        raise SkyfilterError(f"cannot read topic '{topic}' at {bootstrap}: {exc.args[0].str()}") from None
+        raise SkyfilterError(f"cannot read topic '{topic}' at {cfg.bootstrap_servers}: {exc.args[0].str()}") from None
     finally:
         consumer.close()
 

@@ -80,7 +80,7 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
         threading.Thread(target=_echo_stdout, args=(stream, stream_lines), daemon=True).start()
         _wait_for_line(stream, stream_lines, log_path, "waiting for a producer")
         schema = rubin_schema(str(cfg.get("simulation.schema_version")))
-        open_registry(cfg, bootstrap).register(subject_for(str(cfg.get("topics.alerts"))), schema, exclusive=True)
+        open_registry(cfg).register(subject_for(str(cfg.get("topics.alerts"))), schema, exclusive=True)
         _wait_for_line(stream, stream_lines, log_path, "running: trigger")
 
         print(f"3/4 producing {args.visits} visits x {args.alerts_per_visit} alerts with cutouts, "
@@ -130,7 +130,7 @@ def _print_summary(cfg: Config, bootstrap: str, produced: int, stream_lines: lis
             print(f"stream: {line.strip()}")
     latencies = []
     for broker in brokers:
-        messages = read_topic(bootstrap, broker.topic)
+        messages = read_topic(cfg, broker.topic)
         latencies += [m.latency_ms for m in messages if m.latency_ms is not None]
         print(f"topic {broker.topic:<28} {len(messages):>5} alerts ({broker.format})")
     if latencies:

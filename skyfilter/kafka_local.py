@@ -23,6 +23,9 @@ from pathlib import Path
 
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
+from skyfilter.kafka_clients import client_settings, uses_sasl
+from skyfilter.kafka_security import ADMIN, ensure_credentials, format_arguments, server_settings
+from skyfilter.topics import replication
 from skyfilter.versions import PROJECT_ROOT
 
 SERVER_TEMPLATE = PROJECT_ROOT / "conf" / "kafka" / "server.properties"
@@ -86,6 +89,18 @@ class LocalKafka:
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{n.broker_port}" for n in self.nodes)
 
+    @property
+    def secure(self) -> bool:
+        """True when the config asks for SASL logins and ACLs (``kafka.security.protocol``)."""
+        return uses_sasl(self.cfg)
+
+    def admin_config(self) -> Config:
+        """The config with this cluster's bootstrap servers, connecting as the admin principal."""
+        cfg = self.cfg.copy()
+        cfg.set("kafka.bootstrap_servers", self.bootstrap_servers)
+        cfg.set("kafka.security.user", ADMIN)
+        return cfg
+
     # ----------------------------------------------------------------- start
     def start(self) -> str:
         """Start every node that is not running, wait until the cluster answers.
@@ -102,6 +117,8 @@ class LocalKafka:
         if not any(libs.glob("kafka_*.jar")):
             raise SkyfilterError(f"Kafka jars not found in {libs}: run `make setup` first")
         self._check_layout()
+        if self.secure:
+            ensure_credentials(self.cfg, [ADMIN])
         started = []
         for node in self.nodes:
             if node.pid():
@@ -118,12 +135,13 @@ class LocalKafka:
 
     def _check_layout(self) -> None:
         layout_file = self.home / "cluster.json"
-        layout = {"nodes": len(self.nodes), "base_port": self.nodes[0].broker_port}
+        layout = {"nodes": len(self.nodes), "base_port": self.nodes[0].broker_port, "secure": self.secure}
         if layout_file.exists():
             saved = json.loads(layout_file.read_text())
-            if (saved["nodes"], saved["base_port"]) != (layout["nodes"], layout["base_port"]):
+            if (saved["nodes"], saved["base_port"], saved.get("secure", False)) != tuple(layout.values()):
+                kind = "secure " if saved.get("secure") else ""
                 raise SkyfilterError(
-                    f"{self.home} holds a {saved['nodes']}-node cluster on port {saved['base_port']}; "
+                    f"{self.home} holds a {kind}{saved['nodes']}-node cluster on port {saved['base_port']}; "
                     f"stop it and remove that folder to start a different one")
             self.cluster_id = saved["cluster_id"]
         else:
@@ -133,7 +151,7 @@ class LocalKafka:
 
     def _prepare(self, node: KafkaNode, java: str, libs: Path) -> None:
         """Write the node's server.properties and format its storage once."""
-        replication = min(int(self.cfg.get("kafka.replication_factor")), len(self.nodes))
+        factor, insync = replication(self.cfg, len(self.nodes))
         values = {
             "node_id": node.node_id,
             "quorum_voters": ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes),
@@ -141,17 +159,22 @@ class LocalKafka:
             "controller_port": node.controller_port,
             "data_dir": node.folder / "data",
             "default_partitions": 1,
-            "replication_factor": replication,
-            "min_insync_replicas": min(int(self.cfg.get("kafka.min_insync_replicas")), replication),
+            "replication_factor": factor,
+            "min_insync_replicas": insync,
             "max_message_bytes": int(self.cfg.get("kafka.max_message_bytes")),
+            "client_protocol": "SASL_PLAINTEXT" if self.secure else "PLAINTEXT",
+            "controller_protocol": "SASL_PLAINTEXT" if self.secure else "PLAINTEXT",
+            "security_settings": server_settings(self.cfg) if self.secure else "",
         }
         (node.folder / "logs").mkdir(parents=True, exist_ok=True)
         text = string.Template(SERVER_TEMPLATE.read_text()).substitute(values)
+        node.properties.touch(mode=0o600)
         node.properties.write_text(text)
         if not (node.folder / "data" / "meta.properties").exists():
             result = subprocess.run(
                 [java, *self._jvm_flags(node, libs), "kafka.tools.StorageTool", "format",
-                 f"--cluster-id={self.cluster_id}", "--config", str(node.properties)],
+                 f"--cluster-id={self.cluster_id}", "--config", str(node.properties),
+                 *(format_arguments(self.cfg) if self.secure else [])],
                 capture_output=True, text=True)
             if result.returncode != 0:
                 last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -177,7 +200,7 @@ class LocalKafka:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + float(self.cfg.get("kafka.start_timeout_s"))
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin = AdminClient(client_settings(self.admin_config(), log_level=0))
         while True:
             for node, proc in started:
                 if proc.poll() is not None:

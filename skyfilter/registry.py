@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from skyfilter.avro_schemas import fingerprint, schema_text
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
+from skyfilter.kafka_clients import client_settings
 from skyfilter.topics import ensure_topics
 
 
@@ -49,12 +50,12 @@ class SchemaRegistry(Protocol):
         """The (id, schema text) most recently registered under a subject, or None."""
 
 
-def open_registry(cfg: Config, bootstrap: str | None = None) -> SchemaRegistry:
+def open_registry(cfg: Config) -> SchemaRegistry:
     """The registry the config names: a Confluent URL if set, else the Kafka topic."""
     url = cfg.get("schema_registry.url", None)
     if url:
         return ConfluentRegistry(str(url))
-    return KafkaTopicRegistry(cfg, bootstrap or cfg.bootstrap_servers)
+    return KafkaTopicRegistry(cfg)
 
 
 def _exclusive_clash(subject: str, held: int, offered: int) -> SkyfilterError:
@@ -67,10 +68,11 @@ def _exclusive_clash(subject: str, held: int, offered: int) -> SkyfilterError:
 class KafkaTopicRegistry:
     """A registry kept in a compacted, single-partition Kafka topic."""
 
-    def __init__(self, cfg: Config, bootstrap: str):
-        self.bootstrap = bootstrap
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.bootstrap = cfg.bootstrap_servers
         self.topic = str(cfg.get("schema_registry.topic"))
-        ensure_topics(cfg, bootstrap, {self.topic: 1}, {"cleanup.policy": "compact"})
+        ensure_topics(cfg, {self.topic: 1}, {"cleanup.policy": "compact"})
         self._entries: dict[str, dict] = {}
 
     @staticmethod
@@ -79,8 +81,8 @@ class KafkaTopicRegistry:
         return int(fingerprint(schema)[:8], 16) & 0x7FFFFFFF
 
     def _refresh(self) -> None:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"skyfilter-registry-{uuid.uuid4()}",
-                             "enable.auto.commit": False, "log_level": 0})
+        consumer = Consumer(client_settings(self.cfg, **{"group.id": f"skyfilter-registry-{uuid.uuid4()}",
+                                                            "enable.auto.commit": False, "log_level": 0}))
         try:
             partition = TopicPartition(self.topic, 0)
             low, high = consumer.get_watermark_offsets(partition, timeout=10)
@@ -104,7 +106,7 @@ class KafkaTopicRegistry:
             consumer.close()
 
     def _write(self, entries: dict[str, dict]) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "log_level": 0})
+        producer = Producer(client_settings(self.cfg, acks="all", log_level=0))
         for key, value in entries.items():
             producer.produce(self.topic, key=key.encode(), value=json.dumps(value).encode())
         if producer.flush(30) != 0:

@@ -9,53 +9,71 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
+from skyfilter.kafka_clients import client_settings
 
 
-def admin_client(bootstrap: str) -> AdminClient:
+def admin_client(cfg: Config) -> AdminClient:
     """An AdminClient that does not flood stderr while Kafka is unreachable."""
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    return AdminClient(client_settings(cfg, log_level=0))
 
 
-def check_reachable(bootstrap: str, timeout: float = 10.0) -> None:
-    """Raise a one-line SkyfilterError when no Kafka broker answers at ``bootstrap``."""
+def check_reachable(cfg: Config, timeout: float = 10.0) -> None:
+    """Raise a one-line SkyfilterError when no Kafka broker answers at the configured bootstrap servers."""
     try:
-        admin_client(bootstrap).list_topics(timeout=timeout)
+        admin_client(cfg).list_topics(timeout=timeout)
     except KafkaException as exc:
         raise SkyfilterError(
-            f"cannot reach Kafka at {bootstrap} ({exc.args[0].str() if exc.args else exc}): "
+            f"cannot reach Kafka at {cfg.bootstrap_servers} ({exc.args[0].str() if exc.args else exc}): "
             f"is it running? (`skyfilter kafka start`)") from None
 
 
-def topic_settings(cfg: Config, nodes: int | None = None) -> tuple[int, dict[str, str]]:
-    """Replication factor and per-topic config every skyfilter topic gets."""
-    replication = int(cfg.get("kafka.replication_factor"))
-    if nodes is not None:
-        replication = min(replication, nodes)
+def replication(cfg: Config, nodes: int) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) for a cluster of ``nodes`` brokers.
+
+    ``auto`` (the default) is the durability profile of Kafka's docs on three or
+    more nodes (replication 3, min.insync.replicas 2) and what one or two nodes
+    allow below that.
+    """
+    factor = cfg.get("kafka.replication_factor")
+    factor = min(3, nodes) if factor in (None, "auto") else min(int(factor), nodes)
+    insync = cfg.get("kafka.min_insync_replicas")
+    insync = max(1, factor - 1) if insync in (None, "auto") else min(int(insync), factor)
+    return max(1, factor), insync
+
+
+def topic_settings(cfg: Config, live_nodes: int) -> tuple[int, dict[str, str]]:
+    """Replication factor and per-topic config every skyfilter topic gets.
+
+    With ``auto`` replication the cluster's own defaults apply (factor -1), so a
+    topic created while one node is down still gets the cluster's full factor.
+    """
     settings = {
         "max.message.bytes": str(int(cfg.get("kafka.max_message_bytes"))),
         # Latency is measured broker-side: input append time -> output append time.
         "message.timestamp.type": "LogAppendTime",
         "retention.ms": str(int(float(cfg.get("topics.retention_hours")) * 3600 * 1000)),
-        "min.insync.replicas": str(min(int(cfg.get("kafka.min_insync_replicas")), replication)),
     }
-    return replication, settings
+    if cfg.get("kafka.replication_factor") in (None, "auto") and cfg.get("kafka.min_insync_replicas") in (None, "auto"):
+        return -1, settings
+    factor, insync = replication(cfg, live_nodes)
+    return factor, {**settings, "min.insync.replicas": str(insync)}
 
 
-def ensure_topics(cfg: Config, bootstrap: str, partitions_by_topic: dict[str, int],
+def ensure_topics(cfg: Config, partitions_by_topic: dict[str, int],
                   extra_settings: dict[str, str] | None = None) -> list[str]:
     """Create the topics that do not exist yet; returns the names created.
 
     Existing topics are left as they are (their partition count is not changed).
     """
-    admin = admin_client(bootstrap)
+    admin = admin_client(cfg)
     try:
         metadata = admin.list_topics(timeout=10)
     except KafkaException as exc:
-        raise SkyfilterError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
+        raise SkyfilterError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {exc}") from None
     nodes = len(metadata.brokers)
-    replication, settings = topic_settings(cfg, nodes)
+    factor, settings = topic_settings(cfg, nodes)
     settings.update(extra_settings or {})
-    missing = [NewTopic(name, num_partitions=int(parts), replication_factor=replication, config=settings)
+    missing = [NewTopic(name, num_partitions=int(parts), replication_factor=factor, config=settings)
                for name, parts in partitions_by_topic.items() if name not in metadata.topics]
     created = []
     for name, future in (admin.create_topics(missing, operation_timeout=30).items() if missing else []):
@@ -83,8 +101,8 @@ def _wait_for_leaders(admin: AdminClient, topics: list[str], timeout: float = 30
             time.sleep(0.1)
 
 
-def topic_partitions(bootstrap: str, topic: str) -> int:
+def topic_partitions(cfg: Config, topic: str) -> int:
     """Number of partitions of an existing topic (0 when it does not exist)."""
-    metadata = admin_client(bootstrap).list_topics(topic=topic, timeout=10)
+    metadata = admin_client(cfg).list_topics(topic=topic, timeout=10)
     info = metadata.topics.get(topic)
     return 0 if info is None or info.error is not None else len(info.partitions)

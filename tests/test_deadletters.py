@@ -23,7 +23,7 @@ def _good(cfg, night: str, seed: int):
 
 def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, spark, tmp_path):
     report = _good(kafka_cfg, "2026-10-01", 1)
-    sample = next(m for m in read_topic(kafka_cfg.bootstrap_servers, TOPIC))
+    sample = next(m for m in read_topic(kafka_cfg, TOPIC))
     schema_id, body = unframe(sample.value)
     ztf_body = next(read_container(avro_files([DATA / "ztf-3.3"])[0])[1]).body
     bad = {
@@ -51,8 +51,8 @@ def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, sp
                              extra=["--set", f"stream.max_alert_bytes={MAX_BYTES}"]), spark, lines.append)
     assert totals.input_alerts == 48 and totals.rejected == 8 and totals.archived == 40
 
-    inputs = {m.key: m for m in read_topic(kafka_cfg.bootstrap_servers, TOPIC) if m.key in bad}
-    letters = read_topic(kafka_cfg.bootstrap_servers, f"{TOPIC}.deadletter")
+    inputs = {m.key: m for m in read_topic(kafka_cfg, TOPIC) if m.key in bad}
+    letters = read_topic(kafka_cfg, f"{TOPIC}.deadletter")
     assert sorted(m.key for m in letters) == sorted(bad)
     for letter in letters:
         value, reason = bad[letter.key]
@@ -63,9 +63,9 @@ def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, sp
                 int(letter.headers["source_offset"])) == (TOPIC, source.partition, source.offset)
         assert int(letter.headers["source_timestamp"]) == source.timestamp_ms
 
-    good = [m for m in read_topic(kafka_cfg.bootstrap_servers, TOPIC) if m.key not in bad]
+    good = [m for m in read_topic(kafka_cfg, TOPIC) if m.key not in bad]
     good_ids = sorted(str(r["diaSourceId"]) for r in decode_messages(good, rubin_schema("10.0")))
-    delivered = sorted(m.headers["alert_id"] for m in read_topic(kafka_cfg.bootstrap_servers, "filtered.dl_all"))
+    delivered = sorted(m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.dl_all"))
     assert len(good_ids) == 40 and delivered == good_ids
     rejects = spark.read.format("delta").load(str(kafka_cfg.delta_dir / TOPIC / "rejects"))
     assert sorted(r.kafka_key for r in rejects.select("kafka_key").collect()) == sorted(bad)

@@ -61,12 +61,12 @@ def test_filters_and_brokers_change_while_the_stream_runs(kafka_cfg, spark, tmp_
     assert any("everything.sql:1: SQL syntax error" in line and "its previous version keeps running" in line
                for line in reload_lines), reload_lines
 
-    records = decode_messages(read_topic(kafka_cfg.bootstrap_servers, TOPIC), rubin_schema("10.0"))
+    records = decode_messages(read_topic(kafka_cfg, TOPIC), rubin_schema("10.0"))
     second = [r for r in records if str(r["diaSource"]["visit"]).startswith("20261102")]  # produced after the edits
     assert len(second) == 25
-    everything = read_topic(kafka_cfg.bootstrap_servers, "filtered.r_all")
+    everything = read_topic(kafka_cfg, "filtered.r_all")
     assert sorted(m.headers["alert_id"] for m in everything) == sorted(str(r["diaSourceId"]) for r in records)
-    new = read_topic(kafka_cfg.bootstrap_servers, "filtered.r_new")
+    new = read_topic(kafka_cfg, "filtered.r_new")
     expected_new = sorted(str(r["diaSourceId"]) for r in second if r["diaSource"]["snr"] > 20)
     assert expected_new and sorted(m.headers["alert_id"] for m in new) == expected_new
 

@@ -47,7 +47,7 @@ def night(kafka_cfg, spark, tmp_path_factory):
                                                stamps=True, seed=11, night=NIGHT, progress=False),
                      log=lambda line: None)
     run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml"), spark, lambda line: None)
-    originals = read_topic(kafka_cfg.bootstrap_servers, TOPIC)
+    originals = read_topic(kafka_cfg, TOPIC)
     return {"report": report, "folder": folder, "originals": originals, "tables": table_paths(kafka_cfg, TOPIC)}
 
 
@@ -64,7 +64,7 @@ def test_replay_to_a_new_topic_is_byte_identical_in_order_with_scaled_gaps(kafka
     result = replay_night.run(replay_args(kafka_cfg, "--to-topic", "night.replay", "--speed", "10"), spark,
                               lambda line: None)
     assert result == {"alerts": 75, "visits": 3, "elapsed": result["elapsed"]}
-    replayed = read_topic(kafka_cfg.bootstrap_servers, "night.replay")
+    replayed = read_topic(kafka_cfg, "night.replay")
     originals = night["originals"]
     assert len(replayed) == len(originals) == 75
     by_partition = defaultdict(list)
@@ -146,10 +146,10 @@ def test_nightly_topic_holds_the_night_and_replay_recreates_it(kafka_cfg, spark,
             grouped[message.partition].append(message.value)
         return dict(grouped)
 
-    originals = by_partition(read_topic(kafka_cfg.bootstrap_servers, topic))
+    originals = by_partition(read_topic(kafka_cfg, topic))
     nightly = nightly_topic(topic, night)
-    assert by_partition(read_topic(kafka_cfg.bootstrap_servers, nightly)) == originals
-    admin = admin_client(kafka_cfg.bootstrap_servers)
+    assert by_partition(read_topic(kafka_cfg, nightly)) == originals
+    admin = admin_client(kafka_cfg)
     admin.delete_topics([nightly], operation_timeout=30)[nightly].result()
     for _ in range(50):  # deletion is asynchronous
         if nightly not in admin.list_topics(timeout=10).topics:
@@ -158,7 +158,7 @@ def test_nightly_topic_holds_the_night_and_replay_recreates_it(kafka_cfg, spark,
     replay_night.run(replay_night.parse_args(
         ["--night", night, "--name", topic, "--to-topic", nightly, "--bootstrap", kafka_cfg.bootstrap_servers,
          "--state-dir", str(kafka_cfg.state_dir), "--no-progress"]), spark, lambda line: None)
-    assert by_partition(read_topic(kafka_cfg.bootstrap_servers, nightly)) == originals
+    assert by_partition(read_topic(kafka_cfg, nightly)) == originals
 
 
 def test_same_night_through_two_triggers_gives_a_latency_throughput_table(kafka_cfg, spark, night):

@@ -19,7 +19,7 @@ def test_parallel_producers_keep_the_visit_cadence_and_lose_nothing(kafka_cfg):
         assert abs((later - earlier) - 2.0) < 0.5, "visits start on the 2 s cadence"
     assert all(0 < visit.seconds < 2.0 for visit in report.visits)
     assert len(lines) == 3 and all("serialize+send" in line and "start" in line for line in lines)
-    messages = read_topic(kafka_cfg.bootstrap_servers, "prod.alerts")
+    messages = read_topic(kafka_cfg, "prod.alerts")
     assert len(messages) == 120 and len({m.key for m in messages}) == 120
     assert {unframe(m.value)[0] for m in messages} == {report.schema_id}
-    assert topic_partitions(kafka_cfg.bootstrap_servers, "prod.alerts") == kafka_cfg.get("topics.alerts_partitions")
+    assert topic_partitions(kafka_cfg, "prod.alerts") == kafka_cfg.get("topics.alerts_partitions")

@@ -54,7 +54,7 @@ def test_failing_and_slow_filters_are_quarantined_and_the_others_deliver_everyth
     totals = run(args, spark, lines.append)
     assert totals.batches >= 4 and totals.input_alerts == 60
 
-    bootstrap = kafka_cfg.bootstrap_servers
+    bootstrap = kafka_cfg
     inputs = read_topic(bootstrap, TOPIC)
     records = decode_messages(inputs, rubin_schema("10.0"))
     expected = {str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 3}

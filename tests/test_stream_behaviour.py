@@ -23,10 +23,10 @@ def raises(snr):
 
 
 def test_kafka_topic_registry_ids_are_stable_and_one_schema_per_topic(kafka_cfg):
-    registry = KafkaTopicRegistry(kafka_cfg, kafka_cfg.bootstrap_servers)
+    registry = KafkaTopicRegistry(kafka_cfg)
     v10, v9 = rubin_schema("10.0"), rubin_schema("9.0")
     first = registry.register(subject_for("reg.test"), v10, exclusive=True)
-    again = KafkaTopicRegistry(kafka_cfg, kafka_cfg.bootstrap_servers)  # another "machine"
+    again = KafkaTopicRegistry(kafka_cfg)  # another "machine"
     assert again.register(subject_for("reg.test"), v10, exclusive=True) == first
     assert again.latest(subject_for("reg.test"))[0] == first
     with pytest.raises(SkyfilterError, match="topic 'reg.test' already carries schema id"):
@@ -47,7 +47,7 @@ def test_failing_python_filter_does_not_stop_the_others_and_restart_resumes(kafk
     assert first.matches_by_filter["raises"] == 0
     assert any("Python filter 'raises' failed" in line and "this filter is broken at run time" in line
                for line in lines)
-    delivered = read_topic(kafka_cfg.bootstrap_servers, "filtered.beh_all")
+    delivered = read_topic(kafka_cfg, "filtered.beh_all")
     assert len(delivered) == 30 and {m.headers["filters"] for m in delivered} == {"everything"}
 
     produce(kafka_cfg, ProduceOptions(night="2026-11-19", **options), log=lambda line: None)

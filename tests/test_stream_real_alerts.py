@@ -80,7 +80,7 @@ def replay_and_filter(cfg, spark, folder, topic, paths, filters, brokers_yaml):
     (folder / "brokers.yaml").write_text(brokers_yaml)
     report = produce(cfg, ProduceOptions(topic=topic, from_paths=paths, progress=False), log=lambda line: None)
     totals = run(stream_args(cfg, topic, folder / "filters", folder / "brokers.yaml"), spark, lambda line: None)
-    inputs = read_topic(cfg.bootstrap_servers, topic)
+    inputs = read_topic(cfg, topic)
     return report, totals, {m.headers.get("alert_id") or m.key.decode(): m for m in inputs}
 
 
@@ -114,8 +114,8 @@ def test_ztf_broker_topics_hold_exactly_the_expected_alerts(kafka_cfg, ztf):
         "ztf_full": [(n, ZTF_PREDICATES[n]) for n in ("ztf_bright", "ztf_real")],
         "ztf_nocut": [("ztf_real", ZTF_PREDICATES["ztf_real"])]})
     assert 0 < len(expected["ztf_nocut"]) < len(expected["ztf_full"]) < 50
-    check_topic(read_topic(kafka_cfg.bootstrap_servers, "filtered.ztf_full"), expected["ztf_full"], inputs, True)
-    check_topic(read_topic(kafka_cfg.bootstrap_servers, "filtered.ztf_nocut"), expected["ztf_nocut"], inputs, False)
+    check_topic(read_topic(kafka_cfg, "filtered.ztf_full"), expected["ztf_full"], inputs, True)
+    check_topic(read_topic(kafka_cfg, "filtered.ztf_nocut"), expected["ztf_nocut"], inputs, False)
 
 
 def test_ztf_archive_holds_every_alert_once(kafka_cfg, spark, ztf):
@@ -133,7 +133,7 @@ def test_fink_rubin_alerts_are_filtered_and_archived(kafka_cfg, spark, lsst):
     expected = expected_deliveries(records, {
         "lsst_full": [(n, LSST_PREDICATES[n]) for n in ("lsst_snr", "lsst_reliable")]})
     assert 0 < len(expected["lsst_full"]) < 7
-    check_topic(read_topic(kafka_cfg.bootstrap_servers, "filtered.lsst_full"), expected["lsst_full"], inputs, True)
+    check_topic(read_topic(kafka_cfg, "filtered.lsst_full"), expected["lsst_full"], inputs, True)
     rows = spark.read.format("delta").load(str(kafka_cfg.delta_dir / "lsst.alerts" / "alerts")) \
         .select("alert_id", "visit_id").collect()
     assert sorted(r.alert_id for r in rows) == sorted(records)

@@ -96,7 +96,7 @@ def sim(kafka_cfg, spark, tmp_path_factory):
     bad.flush(10)
     lines: list[str] = []
     totals = run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml"), spark, lines.append)
-    inputs = read_topic(kafka_cfg.bootstrap_servers, TOPIC)
+    inputs = read_topic(kafka_cfg, TOPIC)
     good = [m for m in inputs if m.key not in (b"bad-magic", b"bad-id")]
     records = decode_messages(good, rubin_schema("10.0"))
     return {
@@ -117,13 +117,13 @@ def test_every_produced_alert_reached_the_stream(sim):
 def test_full_topic_holds_exactly_the_expected_alerts_with_original_bytes(sim):
     expected = expected_deliveries(sim["records"], {"sim_full": [(n, PREDICATES[n]) for n in ("bright", "negative")]})
     assert len(expected["sim_full"]) > 10, "the test data should select a meaningful fraction"
-    messages = read_topic(sim["cfg"].bootstrap_servers, "filtered.sim_full")
+    messages = read_topic(sim["cfg"], "filtered.sim_full")
     check_topic(messages, expected["sim_full"], sim["by_id"], full=True)
 
 
 def test_nocutouts_topic_has_its_own_schema_and_the_same_fields(sim):
     expected = expected_deliveries(sim["records"], {"sim_nocut": [(n, PREDICATES[n]) for n in ("bright", "snr_pos")]})
-    messages = read_topic(sim["cfg"].bootstrap_servers, "filtered.sim_nocut")
+    messages = read_topic(sim["cfg"], "filtered.sim_nocut")
     check_topic(messages, expected["sim_nocut"], sim["by_id"], full=False)
     registry = open_registry(sim["cfg"])
     for message in messages:
@@ -140,7 +140,7 @@ def test_nocutouts_topic_has_its_own_schema_and_the_same_fields(sim):
 
 
 def test_sql_and_python_filters_with_the_same_cut_select_the_same_alerts(sim):
-    bootstrap = sim["cfg"].bootstrap_servers
+    bootstrap = sim["cfg"]
     by_sql = {m.headers["alert_id"] for m in read_topic(bootstrap, "filtered.sim_nocut")
               if "snr_pos" in m.headers["filters"].split(",")}
     by_python = {m.headers["alert_id"] for m in read_topic(bootstrap, "sim.pair")}
@@ -155,7 +155,7 @@ def test_broken_filters_are_reported_with_file_and_line_and_the_others_run(sim):
     assert any("typo_py.py:5: unknown column 'diaSource.bandd'" in p for p in problems), problems
     assert len(problems) == 3
     expected = expected_deliveries(sim["records"], {"sim_broken": [("bright", PREDICATES["bright"])]})
-    messages = read_topic(sim["cfg"].bootstrap_servers, "filtered.sim_broken")
+    messages = read_topic(sim["cfg"], "filtered.sim_broken")
     check_topic(messages, expected["sim_broken"], sim["by_id"], full=True)
 
 
@@ -180,7 +180,7 @@ def test_matches_and_metrics_tables_agree_with_the_topics(sim, spark):
     matches = spark.read.format("delta").load(str(sim["tables"] / "matches"))
     per_broker = {r.broker: r["count"] for r in matches.groupBy("broker").count().collect()}
     for broker, topic in (("sim_full", "filtered.sim_full"), ("sim_pair", "sim.pair")):
-        assert per_broker[broker] == len(read_topic(sim["cfg"].bootstrap_servers, topic))
+        assert per_broker[broker] == len(read_topic(sim["cfg"], topic))
     metrics = spark.read.format("delta").load(str(sim["tables"] / "metrics")).collect()
     assert sum(m.input_alerts for m in metrics) == 122
     assert sum(m.matches for m in metrics) == matches.count()

@@ -51,7 +51,7 @@ def subs(kafka_cfg, spark, tmp_path_factory):
     # 20 offsets per batch: every visit is spread over several batches, so the cap must hold across them
     totals = run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
                              extra=["--set", "stream.max_offsets_per_trigger=20"]), spark, lines.append)
-    records = decode_messages(read_topic(kafka_cfg.bootstrap_servers, TOPIC), rubin_schema("10.0"))
+    records = decode_messages(read_topic(kafka_cfg, TOPIC), rubin_schema("10.0"))
     return {"cfg": kafka_cfg, "totals": totals, "lines": lines,
             "records": {str(r["diaSourceId"]): r for r in records}, "tables": kafka_cfg.delta_dir / TOPIC}
 
@@ -59,11 +59,11 @@ def subs(kafka_cfg, spark, tmp_path_factory):
 def test_a_capped_broker_gets_exactly_its_cap_per_visit_across_batches(subs, spark):
     assert subs["totals"].batches >= 6
     visit_of = {alert_id: r["diaSource"]["visit"] for alert_id, r in subs["records"].items()}
-    capped = read_topic(subs["cfg"].bootstrap_servers, "filtered.subs_cap3")
+    capped = read_topic(subs["cfg"], "filtered.subs_cap3")
     per_visit = Counter(visit_of[m.headers["alert_id"]] for m in capped)
     assert sorted(per_visit.values()) == [3, 3, 3] and len(set(visit_of.values())) == 3
     assert len({m.headers["alert_id"] for m in capped}) == 9
-    uncapped = read_topic(subs["cfg"].bootstrap_servers, "filtered.subs_all")
+    uncapped = read_topic(subs["cfg"], "filtered.subs_all")
     assert sorted(m.headers["alert_id"] for m in uncapped) == sorted(subs["records"])
 
 
@@ -79,7 +79,7 @@ def test_dropped_by_cap_is_recorded_per_broker_and_visit(subs, spark):
 
 
 def test_lite_messages_decode_with_their_registered_schema_to_the_selected_columns(subs):
-    messages = read_topic(subs["cfg"].bootstrap_servers, "subs.lite")
+    messages = read_topic(subs["cfg"], "subs.lite")
     expected = {i for i, r in subs["records"].items() if r["diaSource"]["snr"] > 20}
     assert len(expected) > 5 and sorted(m.headers["alert_id"] for m in messages) == sorted(expected)
     registry = open_registry(subs["cfg"])
