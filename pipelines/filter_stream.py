@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 from pipelines.batch import BatchProcessor, StreamTotals  # noqa: E402
 from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
+from pipelines.kafka_watch import KafkaWatch, wait_until_reachable  # noqa: E402
 from pipelines.quarantine import Quarantine  # noqa: E402
 from pipelines.reload import PlanReloader  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
@@ -30,7 +31,6 @@ from pipelines.stream_plan import StreamPlan, build_plan, wait_for_schema  # noq
 from skyfilter.config import Config  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
 from skyfilter.kafka_clients import act_as, spark_kafka_options, spark_sink_options  # noqa: E402
-from skyfilter.topics import check_reachable  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     cfg = load_config(args)
     topic = str(cfg.get("topics.alerts"))
     name = args.name or topic
-    check_reachable(cfg)
+    wait_until_reachable(cfg, float(cfg.get("kafka.connect_wait_s")), log)
     wait = args.wait_for_schema if args.wait_for_schema is not None else (0 if args.available_now else 1e9)
     schema = wait_for_schema(cfg, topic, wait, log)
     if schema is None:
@@ -135,22 +135,29 @@ def _wait(query, cfg: Config, plan: StreamPlan, processor: BatchProcessor, idle_
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)} \
         if _in_main_thread() else {}
     started = time.time()
+    watch = KafkaWatch(cfg, log).start()
     try:
         while query.isActive:
             try:
                 query.awaitTermination(1)
             except Exception as exc:  # noqa: BLE001 - StreamingQueryException and py4j errors alike
                 raise _failure(cfg, plan, exc) from None
+            outage = watch.over_limit()
+            if outage is not None:
+                query.stop()
+                raise outage
             if stop["signal"] is not None:
                 log(f"stopping on signal {signal.Signals(stop['signal']).name}")
                 query.stop()
             elif idle_s is not None and not query.status.get("isDataAvailable", False) \
-                    and time.time() - max(started, processor.totals.last_input_at) > idle_s:
+                    and watch.down_since is None \
+                    and time.time() - max(started, processor.totals.last_input_at, watch.back_at) > idle_s:
                 log(f"no new alerts for {idle_s:.0f} s: stopping")
                 query.stop()
         if query.exception() is not None:
             raise _failure(cfg, plan, query.exception())
     finally:
+        watch.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         status.unlink(missing_ok=True)

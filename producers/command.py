@@ -36,10 +36,9 @@ class ProduceOptions:
 def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
     """Produce simulated or replayed alerts as the options say; returns the report."""
     topic = options.topic or str(cfg.get("topics.alerts"))
+    cfg = act_as(cfg, "producer")
     if options.bootstrap:
-        cfg = cfg.copy()
         cfg.set("kafka.bootstrap_servers", options.bootstrap)
-    act_as(cfg, "producer")
     check_reachable(cfg)
     if options.from_paths:
         source = FileSource(options.from_paths)

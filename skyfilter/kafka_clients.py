@@ -41,7 +41,8 @@ def credentials_dir(cfg: Config) -> Path:
 
 
 def act_as(cfg: Config, user: str) -> Config:
-    """Set the principal a command connects as, unless the config or ``--set`` already chose one."""
+    """A copy of the config connecting as ``user``, unless the config or ``--set`` already chose a principal."""
+    cfg = cfg.copy()
     if not cfg.get(USER_KEY, None):
         cfg.set(USER_KEY, user)
     return cfg

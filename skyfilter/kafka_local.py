@@ -257,12 +257,12 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def free_port_pair(start: int) -> int:
-    """A port p from ``start`` on such that p and p+1 (a node's client and controller ports) are free."""
+def free_port_pair(start: int, nodes: int = 1) -> int:
+    """A port p from ``start`` on such that p..p+2*nodes-1 (each node's client and controller ports) are free."""
     for port in range(start, start + 200, 2):
-        if not (port_in_use(port) or port_in_use(port + 1)):
+        if not any(port_in_use(p) for p in range(port, port + 2 * nodes)):
             return port
-    raise SkyfilterError(f"no free pair of ports between {start} and {start + 200} on 127.0.0.1")
+    raise SkyfilterError(f"no {2 * nodes} free ports in a row between {start} and {start + 200} on 127.0.0.1")
 
 
 def wait_for_exit(pid: int, timeout: float) -> bool:

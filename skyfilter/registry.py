@@ -14,12 +14,13 @@ Subjects follow Confluent's TopicNameStrategy: ``<topic>-value``.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 import uuid
 from typing import Protocol
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from skyfilter.avro_schemas import fingerprint, schema_text
 from skyfilter.config import Config
@@ -65,6 +66,18 @@ def _exclusive_clash(subject: str, held: int, offered: int) -> SkyfilterError:
         f"one input topic carries one schema, so produce them to another topic")
 
 
+def _watermarks(consumer: Consumer, partition: TopicPartition, wait_s: float = 15.0) -> tuple[int, int]:
+    """Low and high offsets; on a cluster a just-created topic reaches every node's metadata a moment later."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=10)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 class KafkaTopicRegistry:
     """A registry kept in a compacted, single-partition Kafka topic."""
 
@@ -84,8 +97,7 @@ class KafkaTopicRegistry:
         consumer = Consumer(client_settings(self.cfg, **{"group.id": f"skyfilter-registry-{uuid.uuid4()}",
                                                             "enable.auto.commit": False, "log_level": 0}))
         try:
-            partition = TopicPartition(self.topic, 0)
-            low, high = consumer.get_watermark_offsets(partition, timeout=10)
+            low, high = _watermarks(consumer, TopicPartition(self.topic, 0))
             if high <= low:
                 return
             consumer.assign([TopicPartition(self.topic, 0, low)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 from pathlib import Path
 
 import fastavro
@@ -29,6 +30,35 @@ def kafka_cfg(tmp_path_factory) -> Config:
     cfg.set("kafka.bootstrap_servers", cluster.start())
     yield cfg
     cluster.stop()
+
+
+FAULT_COLUMNS = [("fault", "fault"), ("produced", "alerts produced"), ("archived", "archived (distinct)"),
+                 ("archive_rows", "archive rows"), ("expected", "matches expected"),
+                 ("delivered", "delivered (distinct)"), ("duplicated", "duplicate deliveries"), ("lost", "lost")]
+
+
+@pytest.fixture(scope="session")
+def fault_report():
+    """Rows of the fault-injection tests; written to .local/reports/faults.{json,md} for the README table."""
+    rows: list[dict] = []
+    yield rows
+    if rows:
+        from bench.report import markdown_table
+
+        folder = ROOT / ".local" / "reports"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "faults.json").write_text(json.dumps(rows, indent=2))
+        (folder / "faults.md").write_text(markdown_table(rows, FAULT_COLUMNS) + "\n")
+
+
+def fault_row(fault: str, produced: int, alerts, delivered: list[str], expected: set[str]) -> dict:
+    """One line of the fault table from the archive (a Delta DataFrame) and a broker topic's alert ids."""
+    archived = alerts.select("alert_id").distinct().count()
+    lost_alerts = produced - archived
+    lost_matches = len(expected - set(delivered))
+    return {"fault": fault, "produced": produced, "archived": archived, "archive_rows": alerts.count(),
+            "expected": len(expected), "delivered": len(set(delivered)),
+            "duplicated": len(delivered) - len(set(delivered)), "lost": lost_alerts + lost_matches}
 
 
 @pytest.fixture(scope="session")

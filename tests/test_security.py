@@ -1,0 +1,105 @@
+"""A secure local Kafka (SASL/SCRAM-SHA-512, standard authorizer): logins are required, each broker
+reads only its own topic, and the pipeline still delivers everything."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from conftest import ROOT, decode_messages, stream_args, write_files
+from pipelines.filter_stream import run
+from producers.command import ProduceOptions, produce
+from skyfilter.avro_schemas import rubin_schema
+from skyfilter.config import Config
+from skyfilter.delivery import read_topic
+from skyfilter.errors import SkyfilterError
+from skyfilter.kafka_clients import act_as, client_settings, credentials_dir
+from skyfilter.kafka_local import LocalKafka, free_port_pair
+
+TOPIC = "alerts"  # the ACLs follow topics.alerts
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    """A running secure single-node Kafka whose principals come from a two-broker brokers.yaml."""
+    folder = tmp_path_factory.mktemp("secure")
+    write_files(folder / "filters", {"bright.sql": "diaSource.snr > 15", "every.sql": "true"})
+    (folder / "brokers.yaml").write_text("max_alerts_per_visit: null\nbrokers:\n"
+                                         "  sec_a:\n    filters: [bright]\n  sec_b:\n    filters: [every]\n")
+    port = free_port_pair(47092)
+    command = [sys.executable, "-m", "skyfilter.cli", "kafka", "start", "--config", str(ROOT / "conf" / "secure.yaml"),
+               "--port", str(port), "--state-dir", str(folder / "state"), "--brokers", str(folder / "brokers.yaml"),
+               "--set", "kafka.heap=512m"]
+    started = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    cfg = Config.load(ROOT / "conf" / "secure.yaml", {"state_dir": str(folder / "state"),
+                                                      "kafka.bootstrap_servers": f"127.0.0.1:{port}"})
+    yield {"cfg": cfg, "folder": folder, "start": started}
+    LocalKafka(cfg).stop()
+
+
+def _as(cfg: Config, user: str) -> Config:
+    return act_as(cfg, user)
+
+
+def test_start_creates_principals_and_never_prints_secrets(secure):
+    started = secure["start"]
+    assert started.returncode == 0, started.stderr
+    assert "5 principals and" in started.stdout and "ACLs in place" in started.stdout
+    folder = credentials_dir(secure["cfg"])
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for user in ("admin", "pipeline", "producer", "sec_a", "sec_b"):
+        path = folder / f"{user}.json"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        password = json.loads(path.read_text())["password"]
+        assert len(password) >= 24 and password not in started.stdout + started.stderr
+
+
+def test_unauthenticated_and_wrong_password_are_refused(secure):
+    cfg = secure["cfg"]
+    anonymous = AdminClient({"bootstrap.servers": cfg.bootstrap_servers, "log_level": 0})
+    with pytest.raises(KafkaException):
+        anonymous.list_topics(timeout=5)
+    errors: list[KafkaError] = []
+    wrong = AdminClient(client_settings(_as(cfg, "sec_a"), **{"sasl.password": "not-the-password", "log_level": 0,
+                                                               "error_cb": errors.append}))
+    with pytest.raises(KafkaException):
+        wrong.list_topics(timeout=10)
+    wrong.poll(1)  # delivers the client's error events to error_cb
+    assert any(e.code() == KafkaError._AUTHENTICATION and "invalid credentials" in e.str() for e in errors), errors
+    right = AdminClient(client_settings(_as(cfg, "sec_a"), log_level=0))
+    assert right.list_topics(timeout=10) is not None
+
+
+def test_pipeline_delivers_and_each_broker_reads_only_its_own_topic(secure, spark):
+    cfg, folder = secure["cfg"], secure["folder"]
+    report = produce(cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=30, interval_s=0, stamps=True,
+                                         seed=5, night="2026-11-18", progress=False), log=lambda line: None)
+    assert report.alerts == 60 and report.failures == 0
+    lines: list[str] = []
+    totals = run(stream_args(cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
+                             extra=["--config", str(ROOT / "conf" / "secure.yaml")]), spark, lines.append)
+    assert totals.archived == 60
+
+    with pytest.raises(SkyfilterError, match="Topic authorization failed"):
+        read_topic(_as(cfg, "sec_a"), TOPIC, group="sec_a")  # a broker cannot read the raw stream
+    records = decode_messages(read_topic(_as(cfg, "pipeline"), TOPIC, group="spark-kafka-test"), rubin_schema("10.0"))
+    expected = {
+        "sec_a": sorted(str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 15),
+        "sec_b": sorted(str(r["diaSourceId"]) for r in records),
+    }
+    assert expected["sec_a"] and len(expected["sec_b"]) == 60
+    for broker, other in (("sec_a", "sec_b"), ("sec_b", "sec_a")):
+        mine = read_topic(_as(cfg, broker), f"filtered.{broker}", group=broker)
+        assert sorted(m.headers["alert_id"] for m in mine) == expected[broker]
+        with pytest.raises(SkyfilterError, match="Topic authorization failed"):
+            read_topic(_as(cfg, broker), f"filtered.{other}", group=broker)
+        with pytest.raises(SkyfilterError, match="[Gg]roup authorization failed"):
+            read_topic(_as(cfg, broker), f"filtered.{broker}", group=other)  # nor use another's consumer group
+    secrets = [json.loads(p.read_text())["password"] for p in credentials_dir(cfg).glob("*.json")]
+    assert not [line for line in lines if any(secret in line for secret in secrets)]
