@@ -107,28 +107,17 @@ def measure(spark, metrics_path: Path) -> dict:
 
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
+    from bench.harness import bench_kafka
     from bench.report import write_results
     from pipelines.filter_stream import parse_args as stream_args
     from pipelines.filter_stream import run as run_stream
     from pipelines.session import get_spark
     from producers.command import ProduceOptions, produce
-    from skyfilter.config import Config
-    from skyfilter.kafka_local import LocalKafka, free_port_pair
 
     counts = sorted({int(c) for c in args.filters.split(",")})
-    cfg = Config.load()
-    cfg.set("state_dir", str(args.state_dir))
-    cluster = None
-    if args.bootstrap:
-        cfg.set("kafka.bootstrap_servers", args.bootstrap)
-    else:
-        cfg.set("kafka.base_port", free_port_pair(29092))
-        cfg.set("kafka.heap", "1g")
-        cluster = LocalKafka(cfg)
-        cfg.set("kafka.bootstrap_servers", cluster.start())
     run_id = time.strftime("%Y%m%d%H%M%S")
     topic = f"bench.scaling.{run_id}"
-    try:
+    with bench_kafka(args.state_dir, args.bootstrap) as (cfg, _):
         visits = max(1, args.alerts // args.alerts_per_visit)
         report = produce(cfg, ProduceOptions(topic=topic, visits=visits, alerts_per_visit=args.alerts_per_visit,
                                              interval_s=0.0, stamps=args.stamps, seed=3, progress=not args.quiet),
@@ -148,9 +137,6 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
             run_stream(stream_args(argv), spark, lambda line: None)
             results[count].append(measure(spark, args.state_dir / "delta" / name / "metrics"))
         rows = _rows(results, counts, args)
-    finally:
-        if cluster is not None:
-            cluster.stop()
     base = rows[0]
     notes = [f"{report.alerts} simulated Rubin alerts ({'with' if args.stamps else 'without'} cutouts), "
              f"{visits} visit(s); maxOffsetsPerTrigger {args.max_offsets}; best of {args.repeats} run(s) per count.",
@@ -203,21 +189,9 @@ def _plot(rows: list[dict], kind: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.report import command_line
-    from skyfilter.errors import SkyfilterError
+    from bench.harness import bench_main
 
-    args = parse_args(argv)
-    args.command = command_line("bench.filter_scaling", argv)
-
-    try:
-        paths = run(args)
-    except SkyfilterError as exc:
-        print(f"filter_scaling: error: {exc}", file=sys.stderr)
-        return 2
-    table = paths["md"].read_text().split("\n\n")[1]
-    print(table)
-    print(f"results: {', '.join(str(p) for p in paths.values())}")
-    return 0
+    return bench_main("bench.filter_scaling", parse_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -67,13 +67,17 @@ def _exclusive_clash(subject: str, held: int, offered: int) -> SkyfilterError:
 
 
 def _watermarks(consumer: Consumer, partition: TopicPartition, wait_s: float = 15.0) -> tuple[int, int]:
-    """Low and high offsets; on a cluster a just-created topic reaches every node's metadata a moment later."""
+    """Low and high offsets; on a cluster a just-created topic gets its leader known everywhere a moment later."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
             return consumer.get_watermark_offsets(partition, timeout=10)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
+            error = exc.args[0]
+            transient = error.retriable() or error.code() in (KafkaError._UNKNOWN_PARTITION,
+                                                              KafkaError.NOT_LEADER_FOR_PARTITION,
+                                                              KafkaError.LEADER_NOT_AVAILABLE)
+            if not transient or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
 

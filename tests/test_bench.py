@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from bench.catch_up import main as catch_up
 from bench.filter_scaling import main as filter_scaling
 
 
@@ -20,3 +21,16 @@ def test_filter_scaling_runs_on_a_tiny_night(kafka_cfg, spark, tmp_path, capsys)
     for suffix in ("csv", "md", "png"):
         assert (tmp_path / "results" / f"filter_scaling_sql.{suffix}").stat().st_size > 0
     assert "| filters | brokers |" in capsys.readouterr().out
+
+
+def test_catch_up_runs_on_a_tiny_backlog(kafka_cfg, tmp_path, capsys):
+    code = catch_up(["--visits", "2", "--alerts-per-visit", "20", "--max-offsets", "15", "--no-stamps", "--quiet",
+                     "--bootstrap", kafka_cfg.bootstrap_servers, "--state-dir", str(tmp_path / "state"),
+                     "--results", str(tmp_path / "results")])
+    assert code == 0
+    result = json.loads((tmp_path / "results" / "catch_up.json").read_text())
+    [row] = result["results"]
+    assert row["alerts"] == 40 and row["batches"] >= 3 and row["largest_batch"] <= 15  # bounded batches
+    assert row["stream_peak_mb"] > 100 and row["catch_up_s"] > 0
+    assert (tmp_path / "results" / "catch_up.png").stat().st_size > 0
+    assert "| maxOffsetsPerTrigger |" in capsys.readouterr().out

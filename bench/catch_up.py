@@ -1,0 +1,161 @@
+"""Backpressure: a stream started after a whole night was produced catches up in bounded batches.
+
+    python -m bench.catch_up [--visits 10] [--alerts-per-visit 1000] [--max-offsets 1000,5000]
+
+Produces the night first (no stream running), then starts
+``pipelines/filter_stream.py --available-now`` once per ``maxOffsetsPerTrigger``
+value, each run a separate process with its own checkpoint and archive, over
+the same backlog and with the project's own filters and brokers.  While it
+runs, the resident memory of the stream's whole process tree (driver JVM,
+Python driver and workers) and of the Kafka JVM is sampled every 0.5 s.
+
+Reports per setting: batches, the largest batch, catch-up time (first batch
+start to last batch end) and rate, and peak memory.  The point: the batch size,
+not the backlog, sets the memory a catch-up needs.  Writes
+``catch_up.{json,csv,md,png}`` into ``--results``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH_LINE = re.compile(r"^batch (\d+): (\d+) alerts.* done in ([\d.]+) s")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.catch_up",
+        description="Catch-up of a backlog (a whole night produced before the stream starts) in batches "
+                    "bounded by maxOffsetsPerTrigger, with the memory it takes.")
+    parser.add_argument("--visits", type=int, default=10, help="visits in the backlog (default 10)")
+    parser.add_argument("--alerts-per-visit", type=int, default=1000, help="alerts per visit (default 1000)")
+    parser.add_argument("--max-offsets", default="1000,5000",
+                        help="maxOffsetsPerTrigger values to compare, comma-separated (default 1000,5000)")
+    parser.add_argument("--stamps", action=argparse.BooleanOptionalAction, default=True,
+                        help="alerts carry their three FITS cutouts, Rubin size (default yes)")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results", help="results folder")
+    parser.add_argument("--state-dir", type=Path, default=ROOT / ".local" / "bench",
+                        help="Kafka data, checkpoints and Delta tables of the benchmark (default .local/bench)")
+    parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local one")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+def catch_up(cfg, topic: str, name: str, max_offsets: int, state_dir: Path, kafka_pid, total: int,
+             quiet: bool) -> dict:
+    """One stream run over the backlog; its batches, timing and memory."""
+    from bench.harness import RssSampler
+
+    command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", topic, "--name", name,
+               "--available-now", "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(state_dir),
+               "--set", f"stream.max_offsets_per_trigger={max_offsets}"]
+    began = time.time()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    batches: list[dict] = []
+    progress = tqdm(total=total, unit="alert", desc=f"catch-up, maxOffsetsPerTrigger {max_offsets}", disable=quiet)
+    with RssSampler({"stream": lambda: process.pid, "kafka": kafka_pid}) as memory:
+        for line in process.stdout:
+            match = BATCH_LINE.match(line.strip())
+            if match:
+                batches.append({"batch": int(match[1]), "alerts": int(match[2]), "seconds": float(match[3]),
+                                "finished": time.time() - began})
+                progress.update(int(match[2]))
+        code = process.wait()
+    progress.close()
+    if code != 0 or not batches:
+        from skyfilter.errors import SkyfilterError
+
+        raise SkyfilterError(f"the stream run '{name}' exited with code {code} after {len(batches)} batch(es)")
+    first_start = batches[0]["finished"] - batches[0]["seconds"]
+    seconds = batches[-1]["finished"] - first_start
+    alerts = sum(b["alerts"] for b in batches)
+    return {"max_offsets": max_offsets, "alerts": alerts, "batches": len(batches),
+            "largest_batch": max(b["alerts"] for b in batches), "catch_up_s": round(seconds, 1),
+            "alerts_per_s": round(alerts / seconds, 1), "start_up_s": round(first_start, 1),
+            "stream_peak_mb": round(memory.peak("stream")), "kafka_peak_mb": round(memory.peak("kafka")),
+            "timeline": [{"t": t, **reading} for t, reading in memory.samples], "batch_list": batches}
+
+
+def run(args: argparse.Namespace) -> dict[str, Path]:
+    """Run the benchmark; returns the result files."""
+    from bench.harness import bench_kafka
+    from bench.report import write_results
+    from producers.command import ProduceOptions, produce
+
+    settings = sorted({int(v) for v in args.max_offsets.split(",")})
+    run_id = time.strftime("%Y%m%d%H%M%S")
+    topic = f"bench.catchup.{run_id}"
+    with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
+        report = produce(cfg, ProduceOptions(topic=topic, visits=args.visits, alerts_per_visit=args.alerts_per_visit,
+                                             interval_s=0.0, stamps=args.stamps, seed=11, progress=not args.quiet),
+                         log=lambda line: None)
+        kafka_pid = (lambda: cluster.nodes[0].pid()) if cluster else (lambda: None)
+        runs = [catch_up(cfg, topic, f"catchup_{run_id}_{value}", value, args.state_dir, kafka_pid,
+                         report.alerts, args.quiet) for value in settings]
+    rows = [{k: v for k, v in r.items() if k not in ("timeline", "batch_list")} for r in runs]
+    backlog_mb = report.bytes / 1e6
+    notes = [f"Backlog: {report.alerts} simulated Rubin alerts ({'with' if args.stamps else 'without'} cutouts, "
+             f"{backlog_mb:,.0f} MB) in {args.visits} visit(s), produced before the stream started.",
+             "catch-up: start of the first batch to the end of the last (delivery and Delta archive included); "
+             "start-up: process start (JVM, Spark session, plan) to the first batch.",
+             "stream peak: highest resident memory of the stream's process tree (driver JVM, Python driver, "
+             "Python workers); Kafka peak: the broker JVM" + ("" if args.bootstrap is None else
+                                                            " (not measured: external Kafka)") + "."]
+    columns = [("max_offsets", "maxOffsetsPerTrigger"), ("alerts", "alerts"), ("batches", "batches"),
+               ("largest_batch", "largest batch"), ("start_up_s", "start-up s"), ("catch_up_s", "catch-up s"),
+               ("alerts_per_s", "alerts/s"), ("stream_peak_mb", "stream peak MB"), ("kafka_peak_mb", "Kafka peak MB")]
+    return write_results(args.results, "catch_up", "Catching up a night's backlog in bounded batches", rows,
+                         columns, notes, vars(args) | {"results": str(args.results), "state_dir": str(args.state_dir)},
+                         args.command, _plot(runs))
+
+
+def _plot(runs: list[dict]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (done, memory) = plt.subplots(1, 2, figsize=(11, 4))
+    for run in runs:
+        label = f"maxOffsetsPerTrigger {run['max_offsets']}"
+        times = [0.0] + [b["finished"] for b in run["batch_list"]]
+        archived = [0]
+        for batch in run["batch_list"]:
+            archived.append(archived[-1] + batch["alerts"])
+        done.step(times, archived, where="post", label=label)
+        line, = memory.plot([s["t"] for s in run["timeline"]], [s["stream"] for s in run["timeline"]],
+                            label=f"stream, {label}")
+        if any(s["kafka"] for s in run["timeline"]):
+            memory.plot([s["t"] for s in run["timeline"]], [s["kafka"] for s in run["timeline"]], ":",
+                        color=line.get_color(), label=f"Kafka, {label}")
+    done.set_xlabel("seconds since the stream process started")
+    done.set_ylabel("alerts archived and delivered")
+    done.set_title("Catch-up")
+    done.legend()
+    memory.set_xlabel("seconds since the stream process started")
+    memory.set_ylabel("resident memory (MB)")
+    memory.set_title("Memory")
+    memory.set_ylim(bottom=0)
+    memory.legend(fontsize="small")
+    figure.tight_layout()
+    return figure
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.harness import bench_main
+
+    return bench_main("bench.catch_up", parse_args, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

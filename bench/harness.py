@@ -1,0 +1,107 @@
+"""What every benchmark needs around its measurement: a Kafka to run against, memory samples, a main()."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g") -> Iterator:
+    """A config whose Kafka is ``bootstrap``, or a local single node started (and stopped) for the run."""
+    from skyfilter.config import Config
+    from skyfilter.kafka_local import LocalKafka, free_port_pair
+
+    cfg = Config.load()
+    cfg.set("state_dir", str(state_dir))
+    if bootstrap:
+        cfg.set("kafka.bootstrap_servers", bootstrap)
+        yield cfg, None
+        return
+    cfg.set("kafka.base_port", free_port_pair(29092))
+    cfg.set("kafka.heap", heap)
+    cluster = LocalKafka(cfg)
+    cfg.set("kafka.bootstrap_servers", cluster.start())
+    try:
+        yield cfg, cluster
+    finally:
+        cluster.stop()
+
+
+def process_tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and all its descendants (MB); 0 once it is gone."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total_kb, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        todo += children.get(current, [])
+        try:
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total_kb += int(line.split()[1])
+        except OSError:
+            pass
+    return total_kb / 1024
+
+
+class RssSampler:
+    """Samples the RSS of named process trees every ``interval_s`` seconds in a background thread."""
+
+    def __init__(self, pids: dict[str, Callable[[], int | None]], interval_s: float = 0.5):
+        self.pids = pids
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.began = time.time()
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while True:
+            reading = {}
+            for name, pid in self.pids.items():
+                current = pid()
+                reading[name] = process_tree_rss_mb(current) if current else 0.0
+            self.samples.append((time.time() - self.began, reading))
+            if self._stop.wait(self.interval_s):
+                return
+
+    def peak(self, name: str) -> float:
+        """The highest RSS seen for ``name`` (MB)."""
+        return max((reading[name] for _, reading in self.samples), default=0.0)
+
+
+def bench_main(module: str, parse_args: Callable[[list[str] | None], argparse.Namespace],
+               run: Callable[[argparse.Namespace], dict[str, Path]], argv: list[str] | None) -> int:
+    """Parse, run, print the Markdown table and the result files; one error line and exit 2 on failure."""
+    from bench.report import command_line
+    from skyfilter.errors import SkyfilterError
+
+    args = parse_args(argv)
+    args.command = command_line(module, argv)
+    try:
+        paths = run(args)
+    except SkyfilterError as exc:
+        print(f"{module.rsplit('.', 1)[-1]}: error: {exc}", file=sys.stderr)
+        return 2
+    print(paths["md"].read_text().split("\n\n")[1])
+    print(f"results: {', '.join(str(p) for p in paths.values())}")
+    return 0
