@@ -59,8 +59,11 @@ def catch_up(cfg, topic: str, name: str, max_offsets: int, state_dir: Path, kafk
                "--available-now", "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(state_dir),
                "--set", f"stream.max_offsets_per_trigger={max_offsets}"]
     began = time.time()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    log_path = state_dir / f"{name}.stderr.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as errors:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
     batches: list[dict] = []
     progress = tqdm(total=total, unit="alert", desc=f"catch-up, maxOffsetsPerTrigger {max_offsets}", disable=quiet)
     with RssSampler({"stream": lambda: process.pid, "kafka": kafka_pid}) as memory:
@@ -72,18 +75,27 @@ def catch_up(cfg, topic: str, name: str, max_offsets: int, state_dir: Path, kafk
                 progress.update(int(match[2]))
         code = process.wait()
     progress.close()
+    common = {"max_offsets": max_offsets, "stream_peak_mb": round(memory.peak("stream")),
+              "kafka_peak_mb": round(memory.peak("kafka")),
+              "timeline": [{"t": t, **reading} for t, reading in memory.samples], "batch_list": batches}
     if code != 0 or not batches:
-        from skyfilter.errors import SkyfilterError
-
-        raise SkyfilterError(f"the stream run '{name}' exited with code {code} after {len(batches)} batch(es)")
+        return {**common, "alerts": sum(b["alerts"] for b in batches), "batches": len(batches),
+                "outcome": _failure(log_path, code)}
     first_start = batches[0]["finished"] - batches[0]["seconds"]
     seconds = batches[-1]["finished"] - first_start
     alerts = sum(b["alerts"] for b in batches)
-    return {"max_offsets": max_offsets, "alerts": alerts, "batches": len(batches),
-            "largest_batch": max(b["alerts"] for b in batches), "catch_up_s": round(seconds, 1),
-            "alerts_per_s": round(alerts / seconds, 1), "start_up_s": round(first_start, 1),
-            "stream_peak_mb": round(memory.peak("stream")), "kafka_peak_mb": round(memory.peak("kafka")),
-            "timeline": [{"t": t, **reading} for t, reading in memory.samples], "batch_list": batches}
+    return {**common, "alerts": alerts, "batches": len(batches), "largest_batch": max(b["alerts"] for b in batches),
+            "catch_up_s": round(seconds, 1), "alerts_per_s": round(alerts / seconds, 1),
+            "start_up_s": round(first_start, 1), "outcome": "caught up"}
+
+
+def _failure(log_path: Path, code: int) -> str:
+    """What stopped a stream run, in a few words, from its stderr."""
+    text = log_path.read_text()
+    if "OutOfMemoryError" in text:
+        return "failed: Spark ran out of memory (java.lang.OutOfMemoryError)"
+    last = [line for line in text.splitlines() if "error" in line.lower()][-1:] or [f"exit code {code}"]
+    return f"failed: {last[0][:200]}"
 
 
 def run(args: argparse.Namespace) -> dict[str, Path]:
@@ -91,6 +103,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.harness import bench_kafka
     from bench.report import write_results
     from producers.command import ProduceOptions, produce
+    from skyfilter.errors import SkyfilterError
 
     settings = sorted({int(v) for v in args.max_offsets.split(",")})
     run_id = time.strftime("%Y%m%d%H%M%S")
@@ -102,7 +115,13 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         kafka_pid = (lambda: cluster.nodes[0].pid()) if cluster else (lambda: None)
         runs = [catch_up(cfg, topic, f"catchup_{run_id}_{value}", value, args.state_dir, kafka_pid,
                          report.alerts, args.quiet) for value in settings]
-    rows = [{k: v for k, v in r.items() if k not in ("timeline", "batch_list")} for r in runs]
+    columns = [("max_offsets", "maxOffsetsPerTrigger"), ("alerts", "alerts"), ("batches", "batches"),
+               ("largest_batch", "largest batch"), ("start_up_s", "start-up s"), ("catch_up_s", "catch-up s"),
+               ("alerts_per_s", "alerts/s"), ("stream_peak_mb", "stream peak MB"), ("kafka_peak_mb", "Kafka peak MB"),
+               ("outcome", "outcome")]
+    rows = [{key: r.get(key) for key, _ in columns} for r in runs]
+    if not any(r["outcome"] == "caught up" for r in rows):
+        raise SkyfilterError(f"no setting caught up: {rows[0]['outcome']}")
     backlog_mb = report.bytes / 1e6
     notes = [f"Backlog: {report.alerts} simulated Rubin alerts ({'with' if args.stamps else 'without'} cutouts, "
              f"{backlog_mb:,.0f} MB) in {args.visits} visit(s), produced before the stream started.",
@@ -111,9 +130,6 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
              "stream peak: highest resident memory of the stream's process tree (driver JVM, Python driver, "
              "Python workers); Kafka peak: the broker JVM" + ("" if args.bootstrap is None else
                                                             " (not measured: external Kafka)") + "."]
-    columns = [("max_offsets", "maxOffsetsPerTrigger"), ("alerts", "alerts"), ("batches", "batches"),
-               ("largest_batch", "largest batch"), ("start_up_s", "start-up s"), ("catch_up_s", "catch-up s"),
-               ("alerts_per_s", "alerts/s"), ("stream_peak_mb", "stream peak MB"), ("kafka_peak_mb", "Kafka peak MB")]
     return write_results(args.results, "catch_up", "Catching up a night's backlog in bounded batches", rows,
                          columns, notes, vars(args) | {"results": str(args.results), "state_dir": str(args.state_dir)},
                          args.command, _plot(runs))
@@ -127,7 +143,7 @@ def _plot(runs: list[dict]):
 
     figure, (done, memory) = plt.subplots(1, 2, figsize=(11, 4))
     for run in runs:
-        label = f"maxOffsetsPerTrigger {run['max_offsets']}"
+        label = f"maxOffsetsPerTrigger {run['max_offsets']}" + ("" if run["outcome"] == "caught up" else " (failed)")
         times = [0.0] + [b["finished"] for b in run["batch_list"]]
         archived = [0]
         for batch in run["batch_list"]:

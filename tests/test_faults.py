@@ -98,7 +98,7 @@ def test_kafka_node_killed_mid_night(cluster_cfg, spark, tmp_path, fault_report)
     topic = "node.alerts"
     _filters(tmp_path)
     producer, reports = _produce_in_background(cluster_cfg, topic, visits=6, per_visit=40, interval_s=5.0)
-    stream, lines, result = _stream_in_background(cluster_cfg, spark, topic, tmp_path, idle_s=25)
+    stream, lines, result = _stream_in_background(cluster_cfg, spark, topic, tmp_path, idle_s=12)
     _wait_for(lines, "batch 0:")
 
     cluster = LocalKafka(cluster_cfg, 3)
@@ -149,7 +149,7 @@ def test_kafka_down_at_start_and_lost_for_30_s(tmp_path_factory, spark, tmp_path
     topic = "outage.alerts"
     _filters(tmp_path)
     try:
-        stream, lines, result = _stream_in_background(cfg, spark, topic, tmp_path, idle_s=30)
+        stream, lines, result = _stream_in_background(cfg, spark, topic, tmp_path, idle_s=12)
         _wait_for(lines, "does not answer yet", 60)
         cluster.start()
         _produce_in_background(cfg, topic, visits=2, per_visit=40, interval_s=0)[0].join(120)
