@@ -149,8 +149,7 @@ def _wait(query, cfg: Config, plan: StreamPlan, processor: BatchProcessor, idle_
             if stop["signal"] is not None:
                 log(f"stopping on signal {signal.Signals(stop['signal']).name}")
                 query.stop()
-            elif idle_s is not None and not query.status.get("isDataAvailable", False) \
-                    and watch.down_since is None \
+            elif idle_s is not None and _idle(query.status) and watch.down_since is None \
                     and time.time() - max(started, processor.totals.last_input_at, watch.back_at) > idle_s:
                 log(f"no new alerts for {idle_s:.0f} s: stopping")
                 query.stop()
@@ -161,6 +160,11 @@ def _wait(query, cfg: Config, plan: StreamPlan, processor: BatchProcessor, idle_
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         status.unlink(missing_ok=True)
+
+
+def _idle(status: dict) -> bool:
+    """No data waiting and no trigger under way (a trigger blocked on Kafka is not idleness)."""
+    return not status.get("isDataAvailable", False) and not status.get("isTriggerActive", False)
 
 
 def _failure(cfg: Config, plan: StreamPlan, exc: BaseException) -> SkyfilterError:

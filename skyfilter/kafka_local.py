@@ -222,19 +222,21 @@ class LocalKafka:
     # ------------------------------------------------------------ stop/status
     def stop(self, timeout: float = 30.0) -> list[int]:
         """Stop the nodes this project started (SIGTERM, then SIGKILL). Returns the pids stopped."""
-        stopped = []
+        running = []
         for node in self.nodes_on_disk():
             pid = node.pid()
             if pid is None:
                 node.pid_file.unlink(missing_ok=True)
                 continue
-            os.kill(pid, signal.SIGTERM)
-            if not wait_for_exit(pid, timeout):
+            os.kill(pid, signal.SIGTERM)  # all at once: a node waiting for a quorum that is leaving would hang
+            running.append((node, pid))
+        deadline = time.monotonic() + timeout
+        for node, pid in running:
+            if not wait_for_exit(pid, max(0.5, deadline - time.monotonic())):
                 os.kill(pid, signal.SIGKILL)
                 wait_for_exit(pid, 10)
             node.pid_file.unlink(missing_ok=True)
-            stopped.append(pid)
-        return stopped
+        return [pid for _, pid in running]
 
     def nodes_on_disk(self) -> list[KafkaNode]:
         """The configured nodes plus any other node folder found under the state dir."""

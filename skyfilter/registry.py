@@ -75,6 +75,7 @@ def _watermarks(consumer: Consumer, partition: TopicPartition, wait_s: float = 1
         except KafkaException as exc:
             error = exc.args[0]
             transient = error.retriable() or error.code() in (KafkaError._UNKNOWN_PARTITION,
+                                                              KafkaError.UNKNOWN_TOPIC_OR_PART,
                                                               KafkaError.NOT_LEADER_FOR_PARTITION,
                                                               KafkaError.LEADER_NOT_AVAILABLE)
             if not transient or time.monotonic() > deadline:

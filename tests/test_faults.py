@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from confluent_kafka.admin import ConfigResource
 
 from conftest import ROOT, decode_messages, fault_row, stream_args, write_files
 from pipelines.filter_stream import run
@@ -42,7 +43,7 @@ def cluster_cfg(tmp_path_factory):
     cluster = LocalKafka(cfg, 3)
     cluster.start()
     yield cfg
-    cluster.stop()
+    cluster.stop(timeout=10)  # the last nodes of a quorum wait for each other; no need to in a test
 
 
 def _filters(folder) -> None:
@@ -98,11 +99,15 @@ def test_kafka_node_killed_mid_night(cluster_cfg, spark, tmp_path, fault_report)
     topic = "node.alerts"
     _filters(tmp_path)
     producer, reports = _produce_in_background(cluster_cfg, topic, visits=6, per_visit=40, interval_s=5.0)
-    stream, lines, result = _stream_in_background(cluster_cfg, spark, topic, tmp_path, idle_s=12)
+    stream, lines, result = _stream_in_background(cluster_cfg, spark, topic, tmp_path, idle_s=15)
     _wait_for(lines, "batch 0:")
 
     cluster = LocalKafka(cluster_cfg, 3)
-    metadata = admin_client(cluster_cfg).list_topics(topic, timeout=10)
+    admin = admin_client(cluster_cfg)
+    metadata = admin.list_topics(topic, timeout=10)
+    assert all(len(p.replicas) == 3 for p in metadata.topics[topic].partitions.values()), "replication 3"
+    [configs] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+    assert configs.result()["min.insync.replicas"].value == "2"
     leader = metadata.topics[topic].partitions[0].leader
     victim = next(n for n in cluster.nodes if n.node_id == leader)
     pid = victim.pid()
@@ -149,7 +154,7 @@ def test_kafka_down_at_start_and_lost_for_30_s(tmp_path_factory, spark, tmp_path
     topic = "outage.alerts"
     _filters(tmp_path)
     try:
-        stream, lines, result = _stream_in_background(cfg, spark, topic, tmp_path, idle_s=12)
+        stream, lines, result = _stream_in_background(cfg, spark, topic, tmp_path, idle_s=15)
         _wait_for(lines, "does not answer yet", 60)
         cluster.start()
         _produce_in_background(cfg, topic, visits=2, per_visit=40, interval_s=0)[0].join(120)
