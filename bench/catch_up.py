@@ -1,6 +1,6 @@
 """Backpressure: a stream started after a whole night was produced catches up in bounded batches.
 
-    python -m bench.catch_up [--visits 10] [--alerts-per-visit 1000] [--max-offsets 1000,5000]
+    python -m bench.catch_up [--visits 10] [--alerts-per-visit 1000] [--max-offsets 1000,2000,5000]
 
 Produces the night first (no stream running), then starts
 ``pipelines/filter_stream.py --available-now`` once per ``maxOffsetsPerTrigger``
@@ -27,7 +27,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.harness import ROOT, add_common_arguments
+
 BATCH_LINE = re.compile(r"^batch (\d+): (\d+) alerts.* done in ([\d.]+) s")
 
 
@@ -38,15 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "bounded by maxOffsetsPerTrigger, with the memory it takes.")
     parser.add_argument("--visits", type=int, default=10, help="visits in the backlog (default 10)")
     parser.add_argument("--alerts-per-visit", type=int, default=1000, help="alerts per visit (default 1000)")
-    parser.add_argument("--max-offsets", default="1000,5000",
-                        help="maxOffsetsPerTrigger values to compare, comma-separated (default 1000,5000)")
-    parser.add_argument("--stamps", action=argparse.BooleanOptionalAction, default=True,
-                        help="alerts carry their three FITS cutouts, Rubin size (default yes)")
-    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results", help="results folder")
-    parser.add_argument("--state-dir", type=Path, default=ROOT / ".local" / "bench",
-                        help="Kafka data, checkpoints and Delta tables of the benchmark (default .local/bench)")
-    parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local one")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--max-offsets", default="1000,2000,5000",
+                        help="maxOffsetsPerTrigger values to compare, comma-separated (default 1000,2000,5000)")
+    add_common_arguments(parser)
     return parser.parse_args(argv)
 
 

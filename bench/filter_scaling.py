@@ -27,7 +27,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.harness import add_common_arguments
+
 BANDS = ("u", "g", "r", "i", "z", "y")
 
 
@@ -41,14 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kind", choices=["sql", "python"], default="sql", help="filter language (default sql)")
     parser.add_argument("--brokers", type=int, default=20, help="most brokers the filters are spread over (20)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per filter count; the best counts (2)")
-    parser.add_argument("--stamps", action=argparse.BooleanOptionalAction, default=True,
-                        help="alerts carry their three FITS cutouts, Rubin size (default yes)")
     parser.add_argument("--max-offsets", type=int, default=1000, help="maxOffsetsPerTrigger (default 1000)")
-    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results", help="results folder")
-    parser.add_argument("--state-dir", type=Path, default=ROOT / ".local" / "bench",
-                        help="Kafka data, checkpoints and Delta tables of the benchmark (default .local/bench)")
-    parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local one")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_common_arguments(parser)
     return parser.parse_args(argv)
 
 

@@ -10,6 +10,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options every benchmark has: cutouts, where results and state go, which Kafka, quiet."""
+    parser.add_argument("--stamps", action=argparse.BooleanOptionalAction, default=True,
+                        help="alerts carry their three FITS cutouts, Rubin size (default yes)")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results", help="results folder")
+    parser.add_argument("--state-dir", type=Path, default=ROOT / ".local" / "bench",
+                        help="Kafka data, checkpoints and Delta tables of the benchmark (default .local/bench)")
+    parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local one")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
 
 @contextmanager
 def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g") -> Iterator:
