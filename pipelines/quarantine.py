@@ -144,7 +144,7 @@ class Quarantine:
     def _publish(self, events: list[dict]) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer(client_settings(self.cfg, acks="all", log_level=3))
+        producer = Producer(client_settings(self.cfg, acks="all", log_level=3, **{"enable.idempotence": True}))
         for event in events:
             producer.produce(self.errors_topic, key=event["filter"].encode(), value=json.dumps(event).encode())
         if producer.flush(30):

@@ -123,7 +123,7 @@ class KafkaTopicRegistry:
             consumer.close()
 
     def _write(self, entries: dict[str, dict]) -> None:
-        producer = Producer(client_settings(self.cfg, acks="all", log_level=0))
+        producer = Producer(client_settings(self.cfg, acks="all", log_level=0, **{"enable.idempotence": True}))
         for key, value in entries.items():
             producer.produce(self.topic, key=key.encode(), value=json.dumps(value).encode())
         if producer.flush(30) != 0:
