@@ -50,7 +50,6 @@ class KafkaWatch:
         self.limit_s = float(cfg.get("kafka.outage_limit_s", 600))
         self.down_since: float | None = None
         self.back_at = 0.0  # wall-clock time Kafka last came back (0: never away)
-        self.outages: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kafka-watch", daemon=True)
 
@@ -87,7 +86,6 @@ class KafkaWatch:
                          f"from its checkpoint when it returns (stops after {self.limit_s:.0f} s)")
             elif reachable and self.down_since is not None:
                 away = time.monotonic() - self.down_since
-                self.outages.append(away)
                 self.down_since = None
                 self.back_at = time.time()
                 self.log(f"Kafka at {self.cfg.bootstrap_servers} is reachable again after {away:.0f} s: resuming")

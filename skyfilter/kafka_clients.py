@@ -42,9 +42,13 @@ def credentials_dir(cfg: Config) -> Path:
 
 def act_as(cfg: Config, user: str) -> Config:
     """A copy of the config connecting as ``user``, unless the config or ``--set`` already chose a principal."""
+    return cfg.copy() if cfg.get(USER_KEY, None) else connect_as(cfg, user)
+
+
+def connect_as(cfg: Config, user: str) -> Config:
+    """A copy of the config connecting as ``user``, whatever it chose before (set-up runs as admin)."""
     cfg = cfg.copy()
-    if not cfg.get(USER_KEY, None):
-        cfg.set(USER_KEY, user)
+    cfg.set(USER_KEY, user)
     return cfg
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
-from skyfilter.kafka_clients import client_settings, uses_sasl
+from skyfilter.kafka_clients import client_settings, connect_as, uses_sasl
 from skyfilter.kafka_security import ADMIN, ensure_credentials, format_arguments, server_settings
 from skyfilter.topics import replication
 from skyfilter.versions import PROJECT_ROOT
@@ -96,9 +96,8 @@ class LocalKafka:
 
     def admin_config(self) -> Config:
         """The config with this cluster's bootstrap servers, connecting as the admin principal."""
-        cfg = self.cfg.copy()
+        cfg = connect_as(self.cfg, ADMIN)
         cfg.set("kafka.bootstrap_servers", self.bootstrap_servers)
-        cfg.set("kafka.security.user", ADMIN)
         return cfg
 
     # ----------------------------------------------------------------- start
@@ -162,8 +161,7 @@ class LocalKafka:
             "replication_factor": factor,
             "min_insync_replicas": insync,
             "max_message_bytes": int(self.cfg.get("kafka.max_message_bytes")),
-            "client_protocol": "SASL_PLAINTEXT" if self.secure else "PLAINTEXT",
-            "controller_protocol": "SASL_PLAINTEXT" if self.secure else "PLAINTEXT",
+            "listener_protocol": "SASL_PLAINTEXT" if self.secure else "PLAINTEXT",
             "security_settings": server_settings(self.cfg) if self.secure else "",
         }
         (node.folder / "logs").mkdir(parents=True, exist_ok=True)

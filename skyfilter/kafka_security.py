@@ -145,14 +145,12 @@ def grant(cfg: Config, brokers_file: str | Path | None = None) -> dict[str, int]
         UserScramCredentialUpsertion,
     )
 
-    from skyfilter.kafka_clients import client_settings
+    from skyfilter.kafka_clients import client_settings, connect_as
 
     brokers = load_brokers(brokers_file or cfg.path("stream.brokers"))
     users = principals(brokers)
     ensure_credentials(cfg, users)
-    admin_cfg = cfg.copy()
-    admin_cfg.set("kafka.security.user", ADMIN)
-    admin = AdminClient(client_settings(admin_cfg, log_level=0))
+    admin = AdminClient(client_settings(connect_as(cfg, ADMIN), log_level=0))
     mechanism = getattr(ScramMechanism, str(cfg.get("kafka.security.mechanism")).replace("-", "_"))
     upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 8192),
                                             read_credentials(cfg, user)[1].encode())

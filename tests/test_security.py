@@ -19,7 +19,7 @@ from skyfilter.avro_schemas import rubin_schema
 from skyfilter.config import Config
 from skyfilter.delivery import read_topic
 from skyfilter.errors import SkyfilterError
-from skyfilter.kafka_clients import act_as, client_settings, credentials_dir
+from skyfilter.kafka_clients import client_settings, connect_as, credentials_dir
 from skyfilter.kafka_local import LocalKafka, free_port_pair
 
 TOPIC = "alerts"  # the ACLs follow topics.alerts
@@ -43,10 +43,6 @@ def secure(tmp_path_factory):
     LocalKafka(cfg).stop()
 
 
-def _as(cfg: Config, user: str) -> Config:
-    return act_as(cfg, user)
-
-
 def test_start_creates_principals_and_never_prints_secrets(secure):
     started = secure["start"]
     assert started.returncode == 0, started.stderr
@@ -66,13 +62,13 @@ def test_unauthenticated_and_wrong_password_are_refused(secure):
     with pytest.raises(KafkaException):
         anonymous.list_topics(timeout=5)
     errors: list[KafkaError] = []
-    wrong = AdminClient(client_settings(_as(cfg, "sec_a"), **{"sasl.password": "not-the-password", "log_level": 0,
-                                                               "error_cb": errors.append}))
+    wrong = AdminClient(client_settings(connect_as(cfg, "sec_a"), **{
+        "sasl.password": "not-the-password", "log_level": 0, "error_cb": errors.append}))
     with pytest.raises(KafkaException):
         wrong.list_topics(timeout=10)
     wrong.poll(1)  # delivers the client's error events to error_cb
     assert any(e.code() == KafkaError._AUTHENTICATION and "invalid credentials" in e.str() for e in errors), errors
-    right = AdminClient(client_settings(_as(cfg, "sec_a"), log_level=0))
+    right = AdminClient(client_settings(connect_as(cfg, "sec_a"), log_level=0))
     assert right.list_topics(timeout=10) is not None
 
 
@@ -87,19 +83,20 @@ def test_pipeline_delivers_and_each_broker_reads_only_its_own_topic(secure, spar
     assert totals.archived == 60
 
     with pytest.raises(SkyfilterError, match="Topic authorization failed"):
-        read_topic(_as(cfg, "sec_a"), TOPIC, group="sec_a")  # a broker cannot read the raw stream
-    records = decode_messages(read_topic(_as(cfg, "pipeline"), TOPIC, group="spark-kafka-test"), rubin_schema("10.0"))
+        read_topic(connect_as(cfg, "sec_a"), TOPIC, group="sec_a")  # a broker cannot read the raw stream
+    inputs = read_topic(connect_as(cfg, "pipeline"), TOPIC, group="spark-kafka-test")
+    records = decode_messages(inputs, rubin_schema("10.0"))
     expected = {
         "sec_a": sorted(str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 15),
         "sec_b": sorted(str(r["diaSourceId"]) for r in records),
     }
     assert expected["sec_a"] and len(expected["sec_b"]) == 60
     for broker, other in (("sec_a", "sec_b"), ("sec_b", "sec_a")):
-        mine = read_topic(_as(cfg, broker), f"filtered.{broker}", group=broker)
+        mine = read_topic(connect_as(cfg, broker), f"filtered.{broker}", group=broker)
         assert sorted(m.headers["alert_id"] for m in mine) == expected[broker]
         with pytest.raises(SkyfilterError, match="Topic authorization failed"):
-            read_topic(_as(cfg, broker), f"filtered.{other}", group=broker)
+            read_topic(connect_as(cfg, broker), f"filtered.{other}", group=broker)
         with pytest.raises(SkyfilterError, match="[Gg]roup authorization failed"):
-            read_topic(_as(cfg, broker), f"filtered.{broker}", group=other)  # nor use another's consumer group
+            read_topic(connect_as(cfg, broker), f"filtered.{broker}", group=other)  # nor use another's consumer group
     secrets = [json.loads(p.read_text())["password"] for p in credentials_dir(cfg).glob("*.json")]
     assert not [line for line in lines if any(secret in line for secret in secrets)]
