@@ -204,7 +204,8 @@ class LocalKafka:
                 if proc.poll() is not None:
                     node.pid_file.unlink(missing_ok=True)
                     raise SkyfilterError(f"Kafka node {node.node_id} exited during start-up "
-                                         f"(code {proc.returncode}); see {node.log_file} and {node.stdout_file}")
+                                         f"(code {proc.returncode}): {_exit_cause(node)}; "
+                                         f"see {node.log_file} and {node.stdout_file}")
             try:
                 brokers = admin.list_topics(timeout=2).brokers
                 if len(brokers) == len(self.nodes):
@@ -251,10 +252,28 @@ class LocalKafka:
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """True when something already listens on host:port."""
+    """True when a server could not listen on host:port: something listens there, or a live
+    connection holds it as its local port (which a connect-only probe would miss)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the JVM does: TIME_WAIT is no obstacle
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _exit_cause(node: KafkaNode) -> str:
+    """The first error a node logged before exiting, so a failed start says why in one line."""
+    for log in (node.stdout_file, node.log_file):
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-400:]
+        except OSError:
+            continue
+        for line in lines:
+            if " ERROR " in line or line.startswith(("Exception", "Error", "Caused by")):
+                return line.strip()[:300]
+    return "no error in its logs"
 
 
 def free_port_pair(start: int, nodes: int = 1) -> int:

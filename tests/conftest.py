@@ -23,7 +23,7 @@ def kafka_cfg(tmp_path_factory) -> Config:
     """A config whose state lives in a temporary folder, with a running single-node Kafka."""
     cfg = Config.load(ROOT / "conf" / "local.yaml")
     cfg.set("state_dir", str(tmp_path_factory.mktemp("state")))
-    cfg.set("kafka.base_port", free_port_pair(39092))
+    cfg.set("kafka.base_port", free_port_pair(19092))
     cfg.set("kafka.heap", "512m")
     cfg.set("topics.alerts_partitions", 3)
     cluster = LocalKafka(cfg)

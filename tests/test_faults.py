@@ -39,7 +39,7 @@ def _fresh_cluster_config(tmp_path_factory, name: str, nodes: int, start_port: i
 @pytest.fixture(scope="module")
 def cluster_cfg(tmp_path_factory):
     """A running 3-node KRaft cluster (replication 3, min.insync.replicas 2) for this module."""
-    cfg = _fresh_cluster_config(tmp_path_factory, "cluster", 3, 41092)
+    cfg = _fresh_cluster_config(tmp_path_factory, "cluster", 3, 21092)
     cluster = LocalKafka(cfg, 3)
     cluster.start()
     yield cfg
@@ -132,7 +132,7 @@ def test_kafka_node_killed_mid_night(cluster_cfg, spark, tmp_path, fault_report)
 
 
 def test_stream_never_reachable_is_one_clear_line(tmp_path):
-    port = free_port_pair(45092)
+    port = free_port_pair(23092)
     began = time.time()
     result = subprocess.run(
         [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--bootstrap", f"127.0.0.1:{port}",
@@ -148,7 +148,7 @@ def test_stream_never_reachable_is_one_clear_line(tmp_path):
 
 
 def test_kafka_down_at_start_and_lost_for_30_s(tmp_path_factory, spark, tmp_path, fault_report):
-    cfg = _fresh_cluster_config(tmp_path_factory, "outage", 1, 43092)
+    cfg = _fresh_cluster_config(tmp_path_factory, "outage", 1, 24092)
     cfg.set("kafka.connect_wait_s", 120)
     cluster = LocalKafka(cfg)
     topic = "outage.alerts"

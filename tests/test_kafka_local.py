@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from skyfilter.kafka_local import free_port_pair
+from skyfilter.kafka_local import free_port_pair, port_in_use
 
 CLI = [sys.executable, "-m", "skyfilter.cli"]
 
@@ -32,7 +32,7 @@ def kafka_pids(properties_folder: Path) -> list[int]:
 
 
 def test_start_status_stop_leaves_no_process(tmp_path):
-    port = str(free_port_pair(39300))
+    port = str(free_port_pair(27300))
     where = ["--state-dir", str(tmp_path), "--port", port]
     started = skyfilter("kafka", "start", *where)
     assert started.returncode == 0, started.stderr
@@ -62,6 +62,19 @@ def test_port_taken_is_one_clear_line(tmp_path):
     assert kafka_pids(tmp_path) == []
 
 
+def test_a_port_held_by_an_outgoing_connection_counts_as_taken():
+    """Ports in the ephemeral range can be the local end of a live connection: Kafka could not bind there."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with socket.create_connection(server.getsockname()) as client:
+            accepted, _ = server.accept()
+            local_port = client.getsockname()[1]
+            assert port_in_use(local_port) and port_in_use(server.getsockname()[1])
+            accepted.close()
+    assert not port_in_use(free_port_pair(27700))
+
+
 def test_missing_java_is_one_clear_line(tmp_path):
     env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
     result = skyfilter("kafka", "start", "--state-dir", str(tmp_path), env=env)
@@ -70,7 +83,7 @@ def test_missing_java_is_one_clear_line(tmp_path):
 
 
 def test_unreachable_kafka_is_one_clear_line(tmp_path):
-    port = free_port_pair(39500)
+    port = free_port_pair(27500)
     result = skyfilter("produce", "--bootstrap", f"127.0.0.1:{port}", "--visits", "1", "--alerts-per-visit", "1",
                        "--set", "state_dir=" + str(tmp_path))
     assert result.returncode == 2

@@ -32,7 +32,7 @@ def secure(tmp_path_factory):
     write_files(folder / "filters", {"bright.sql": "diaSource.snr > 15", "every.sql": "true"})
     (folder / "brokers.yaml").write_text("max_alerts_per_visit: null\nbrokers:\n"
                                          "  sec_a:\n    filters: [bright]\n  sec_b:\n    filters: [every]\n")
-    port = free_port_pair(47092)
+    port = free_port_pair(25092)
     command = [sys.executable, "-m", "skyfilter.cli", "kafka", "start", "--config", str(ROOT / "conf" / "secure.yaml"),
                "--port", str(port), "--state-dir", str(folder / "state"), "--brokers", str(folder / "brokers.yaml"),
                "--set", "kafka.heap=512m"]
