@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bench.harness import ROOT, add_common_arguments
+from bench.harness import ROOT, add_common_arguments, kafka_pid, runs_table, settings_of
 
 BATCH_LINE = re.compile(r"^batch (\d+): (\d+) alerts.* done in ([\d.]+) s")
 
@@ -107,8 +107,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         report = produce(cfg, ProduceOptions(topic=topic, visits=args.visits, alerts_per_visit=args.alerts_per_visit,
                                              interval_s=0.0, stamps=args.stamps, seed=11, progress=not args.quiet),
                          log=lambda line: None)
-        kafka_pid = (lambda: cluster.nodes[0].pid()) if cluster else (lambda: None)
-        runs = [catch_up(cfg, topic, f"catchup_{run_id}_{value}", value, args.state_dir, kafka_pid,
+        runs = [catch_up(cfg, topic, f"catchup_{run_id}_{value}", value, args.state_dir, kafka_pid(cluster),
                          report.alerts, args.quiet) for value in settings]
     columns = [("max_offsets", "maxOffsetsPerTrigger"), ("alerts", "alerts"), ("batches", "batches"),
                ("largest_batch", "largest batch"), ("start_up_s", "start-up s"), ("catch_up_s", "catch-up s"),
@@ -126,15 +125,15 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
              "Python workers); Kafka peak: the broker JVM" + ("" if args.bootstrap is None else
                                                             " (not measured: external Kafka)") + "."]
     return write_results(args.results, "catch_up", "Catching up a night's backlog in bounded batches", rows,
-                         columns, notes, vars(args) | {"results": str(args.results), "state_dir": str(args.state_dir)},
-                         args.command, _plot(runs))
+                         columns, notes, settings_of(args), args.command, _plot(runs),
+                         {name: max(r[f"{name}_peak_mb"] for r in runs) for name in ("stream", "kafka")},
+                         runs_table(args))
 
 
 def _plot(runs: list[dict]):
-    import matplotlib
+    from bench.report import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, (done, memory) = plt.subplots(1, 2, figsize=(11, 4))
     for run in runs:

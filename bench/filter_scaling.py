@@ -27,9 +27,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bench.harness import add_common_arguments
-
-BANDS = ("u", "g", "r", "i", "z", "y")
+from bench.filter_sets import write_filter_set
+from bench.harness import add_common_arguments, runs_table, settings_of
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,46 +46,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def sql_filter(index: int) -> str:
-    """A generated threshold condition; different for every index."""
-    return (f"-- generated filter {index}\ndiaSource.snr > {5 + index % 40}\n"
-            f"AND diaSource.reliability > {0.3 + 0.006 * (index % 100):.3f}\n"
-            f"AND diaSource.band <> '{BANDS[index % len(BANDS)]}'\n")
-
-
-def python_filter(index: int) -> str:
-    """The Python twin of :func:`sql_filter`."""
-    return ("from skyfilter import alert_filter\n\n\n"
-            "@alert_filter(columns=['diaSource.snr', 'diaSource.reliability', 'diaSource.band'])\n"
-            f"def f{index:04d}(snr, reliability, band):\n"
-            f"    return (snr > {5 + index % 40}) & (reliability > {0.3 + 0.006 * (index % 100):.3f}) "
-            f"& (band != '{BANDS[index % len(BANDS)]}')\n")
-
-
-def write_filter_set(folder: Path, count: int, kind: str, max_brokers: int) -> tuple[Path, Path]:
-    """``count`` generated filters for ``max_brokers`` brokers; (filters folder, brokers file).
-
-    Every run has the same brokers, so the output (capped per visit) stays
-    comparable and only the number of filters changes: filter i goes to
-    broker i mod B; with fewer filters than brokers, broker b takes filter b mod count.
-    """
-    filters = folder / "filters"
-    filters.mkdir(parents=True, exist_ok=True)
-    for old in filters.iterdir():
-        old.unlink()
-    names = [f"f{i:04d}" for i in range(count)]
-    for index, name in enumerate(names):
-        text = sql_filter(index) if kind == "sql" else python_filter(index)
-        (filters / f"{name}.{'sql' if kind == 'sql' else 'py'}").write_text(text)
-    lines = ["brokers:"]
-    for b in range(max_brokers):
-        subscribed = names[b::max_brokers] or [names[b % count]]
-        lines += [f"  bench_{b:02d}:", f"    filters: [{', '.join(subscribed)}]"]
-    brokers_file = folder / "brokers.yaml"
-    brokers_file.write_text("\n".join(lines) + "\n")
-    return filters, brokers_file
-
-
 def measure(spark, metrics_path: Path) -> dict:
     """Throughput figures of one stream run, from its Delta metrics table."""
     from pyspark.sql import functions as F
@@ -102,7 +61,7 @@ def measure(spark, metrics_path: Path) -> dict:
 
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
-    from bench.harness import bench_kafka
+    from bench.harness import RssSampler, bench_kafka, kafka_pid, spark_driver_pid
     from bench.report import write_results
     from pipelines.filter_stream import parse_args as stream_args
     from pipelines.filter_stream import run as run_stream
@@ -112,25 +71,26 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     counts = sorted({int(c) for c in args.filters.split(",")})
     run_id = time.strftime("%Y%m%d%H%M%S")
     topic = f"bench.scaling.{run_id}"
-    with bench_kafka(args.state_dir, args.bootstrap) as (cfg, _):
+    with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
         visits = max(1, args.alerts // args.alerts_per_visit)
         report = produce(cfg, ProduceOptions(topic=topic, visits=visits, alerts_per_visit=args.alerts_per_visit,
                                              interval_s=0.0, stamps=args.stamps, seed=3, progress=not args.quiet),
                          log=lambda line: None)
         spark = get_spark("skyfilter-bench-filter-scaling")
-        results: dict[int, list[dict]] = {count: [] for count in counts}
-        runs = [(repeat, count) for repeat in range(args.repeats) for count in counts]
-        bar = tqdm(runs, desc="stream runs", unit="run", disable=args.quiet)
-        for repeat, count in bar:
-            bar.set_postfix(filters=count)
-            folder = args.state_dir / "filter_sets" / f"{args.kind}_{count}"
-            filters, brokers = write_filter_set(folder, count, args.kind, args.brokers)
-            name = f"scaling_{run_id}_{args.kind}_{count}_{repeat}"
-            argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters), "--brokers", str(brokers),
-                    "--available-now", "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(args.state_dir),
-                    "--set", f"stream.max_offsets_per_trigger={args.max_offsets}"]
-            run_stream(stream_args(argv), spark, lambda line: None)
-            results[count].append(measure(spark, args.state_dir / "delta" / name / "metrics"))
+        with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}) as memory:
+            results: dict[int, list[dict]] = {count: [] for count in counts}
+            runs = [(repeat, count) for repeat in range(args.repeats) for count in counts]
+            bar = tqdm(runs, desc="stream runs", unit="run", disable=args.quiet)
+            for repeat, count in bar:
+                bar.set_postfix(filters=count)
+                folder = args.state_dir / "filter_sets" / f"{args.kind}_{count}"
+                filters, brokers = write_filter_set(folder, count, args.kind, args.brokers)
+                name = f"scaling_{run_id}_{args.kind}_{count}_{repeat}"
+                argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters), "--brokers", str(brokers),
+                        "--available-now", "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(args.state_dir),
+                        "--set", f"stream.max_offsets_per_trigger={args.max_offsets}"]
+                run_stream(stream_args(argv), spark, lambda line: None)
+                results[count].append(measure(spark, args.state_dir / "delta" / name / "metrics"))
         rows = _rows(results, counts, args)
     base = rows[0]
     notes = [f"{report.alerts} simulated Rubin alerts ({'with' if args.stamps else 'without'} cutouts), "
@@ -145,8 +105,8 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                ("deliver_alerts_per_s", "filter+deliver alerts/s"), ("deliver_ratio", "x 1 filter")]
     return write_results(args.results, f"filter_scaling_{args.kind}",
                          f"Filter scaling ({args.kind.upper()} filters)", rows, columns, notes,
-                         vars(args) | {"results": str(args.results), "state_dir": str(args.state_dir)},
-                         args.command, _plot(rows, args.kind))
+                         settings_of(args), args.command, _plot(rows, args.kind),
+                         {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
 
 
 def _rows(results: dict[int, list[dict]], counts: list[int], args: argparse.Namespace) -> list[dict]:
@@ -164,10 +124,9 @@ def _rows(results: dict[int, list[dict]], counts: list[int], args: argparse.Name
 
 
 def _plot(rows: list[dict], kind: str):
-    import matplotlib
+    from bench.report import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axis = plt.subplots(figsize=(6.4, 4))
     counts = [r["filters"] for r in rows]

@@ -21,7 +21,30 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, default=ROOT / ".local" / "bench",
                         help="Kafka data, checkpoints and Delta tables of the benchmark (default .local/bench)")
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local one")
+    parser.add_argument("--runs-table", type=Path,
+                        help="bench_runs Delta table every run is appended to (default <state-dir>/bench_runs)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def runs_table(args: argparse.Namespace) -> Path:
+    """Where this run is recorded: ``--runs-table`` or ``<state-dir>/bench_runs``."""
+    return args.runs_table or args.state_dir / "bench_runs"
+
+
+def settings_of(args: argparse.Namespace) -> dict:
+    """The run's options as JSON-friendly values, for the results file."""
+    return {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
+
+
+def spark_driver_pid(spark) -> int | None:
+    """Pid of the local Spark driver JVM (which also runs the executor and forks the Python workers)."""
+    process = getattr(spark.sparkContext._gateway, "proc", None)
+    return process.pid if process is not None else None
+
+
+def kafka_pid(cluster) -> Callable[[], int | None]:
+    """A callable giving the pid of the benchmark's own Kafka node (None when it uses another Kafka)."""
+    return (lambda: cluster.nodes[0].pid()) if cluster is not None else (lambda: None)
 
 
 @contextmanager

@@ -50,11 +50,19 @@ def _cell(value) -> str:
 
 
 def write_results(folder: Path, name: str, title: str, rows: list[dict], columns: list[tuple[str, str]],
-                  notes: list[str], settings: dict, command: str, figure=None) -> dict[str, Path]:
-    """Write ``<name>.json``, ``.csv``, ``.md`` (and ``.png`` when a figure is given) into ``folder``."""
+                  notes: list[str], settings: dict, command: str, figure=None,
+                  peak_rss_mb: dict[str, float] | None = None, runs_table: Path | None = None) -> dict[str, Path]:
+    """Write ``<name>.json``, ``.csv``, ``.md`` (and ``.png`` when a figure is given) into ``folder``.
+
+    ``peak_rss_mb`` is the highest resident memory of each process of the run
+    (driver, Kafka, ...); with ``runs_table`` the run is also appended to that
+    ``bench_runs`` Delta table, so runs can be compared over time with SQL.
+    """
     folder.mkdir(parents=True, exist_ok=True)
+    peaks = {process: round(mb) for process, mb in (peak_rss_mb or {}).items()}
     info = {"benchmark": name, "title": title, "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "machine": machine(), "command": command, "settings": settings, "results": rows, "notes": notes}
+            "machine": machine(), "command": command, "settings": settings, "peak_rss_mb": peaks,
+            "results": rows, "notes": notes}
     paths = {kind: folder / f"{name}.{kind}" for kind in ("json", "csv", "md")}
     paths["json"].write_text(json.dumps(info, indent=1, default=str))
     with paths["csv"].open("w", newline="") as handle:
@@ -66,10 +74,38 @@ def write_results(folder: Path, name: str, title: str, rows: list[dict], columns
             f"Machine: {spec['cores']} cores, {spec['memory_gib']} GiB, {spec['platform']}; Spark {spec['spark']}, "
             f"Delta {spec['delta']}, Kafka {spec['kafka']}, Python {spec['python']}.", "",
             f"Command: `{info['command']}` ({info['finished_at']})", ""]
+    if peaks:
+        text[-1:-1] = ["", "Peak memory (RSS): " + ", ".join(f"{process} {mb:,} MB" for process, mb in peaks.items())
+                       + f"; {sum(peaks.values()):,} MB together."]
     text += [f"* {note}" for note in notes]
     if figure is not None:
         paths["png"] = folder / f"{name}.png"
         figure.savefig(paths["png"], dpi=110, bbox_inches="tight")
         text += ["", f"![{title}]({name}.png)"]
     paths["md"].write_text("\n".join(text) + "\n")
+    if runs_table is not None:
+        record_run(runs_table, info)
     return paths
+
+
+def record_run(table: Path, info: dict) -> None:
+    """Append one benchmark run to the ``bench_runs`` Delta table (JSON columns for the variable parts)."""
+    from pipelines.session import get_spark
+
+    spark = get_spark("skyfilter-bench")
+    row = (info["benchmark"], dt.datetime.fromisoformat(info["finished_at"]), info["command"],
+           json.dumps(info["machine"]), json.dumps(info["settings"], default=str), info["peak_rss_mb"],
+           json.dumps(info["results"], default=str), "\n".join(info["notes"]))
+    schema = ("benchmark string, finished_at timestamp, command string, machine string, settings string, "
+              "peak_rss_mb map<string,bigint>, results string, notes string")
+    spark.createDataFrame([row], schema).write.format("delta").mode("append").save(str(table))
+
+
+def pyplot():
+    """matplotlib.pyplot drawing to files (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -113,6 +113,7 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
               .option("startingOffsets", str(cfg.get("stream.starting_offsets")))
               .option("maxOffsetsPerTrigger", int(cfg.get("stream.max_offsets_per_trigger")))
               .option("kafka.max.partition.fetch.bytes", str(int(cfg.get("kafka.max_message_bytes"))))
+              .options(**{key: str(value) for key, value in (cfg.get("stream.source_options", {}) or {}).items()})
               .load())
     query = (source.writeStream.queryName(f"filter_stream_{name}").foreachBatch(processor)
              .option("checkpointLocation", str(plan.checkpoint)).trigger(**trigger).start())

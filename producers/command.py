@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from producers.produce import ProduceReport, run_producers
+from producers.produce import AlertSource, ProduceReport, run_producers
 from producers.sources import FileSource, SimulatedSource
 from skyfilter.alert_columns import current_night
 from skyfilter.avro_schemas import rubin_schema
@@ -55,8 +55,17 @@ def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
             stamps=cfg.get("simulation.stamps") if options.stamps is None else options.stamps,
             history_length=int(cfg.get("simulation.history_length")), interval_s=interval,
             first_visit=options.first_visit)
+    return send_source(cfg, topic, source, schema, interval, options.processes, options.progress, log)
+
+
+def send_source(cfg: Config, topic: str, source: AlertSource, schema: dict, interval_s: float, processes: int = 1,
+                progress: bool = True, log=print, producer_settings: dict | None = None) -> ProduceReport:
+    """Create the topic, register the schema and produce every visit of ``source`` (as the producer principal).
+
+    ``producer_settings`` override the config's librdkafka ``producer`` section (benchmarks compare them).
+    """
+    cfg = act_as(cfg, "producer")
     ensure_topics(cfg, {topic: int(cfg.get("topics.alerts_partitions"))})
     source.schema_id = open_registry(cfg).register(subject_for(topic), schema, exclusive=True)
-    conf = client_settings(cfg, **cfg.section("producer"))
-    return run_producers(conf, topic, source, source.schema_id, interval, max(1, options.processes),
-                         options.progress, log)
+    conf = client_settings(cfg, **(cfg.section("producer") | (producer_settings or {})))
+    return run_producers(conf, topic, source, source.schema_id, interval_s, max(1, processes), progress, log)

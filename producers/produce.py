@@ -32,6 +32,9 @@ class AlertSource:
     def visit_id(self, visit: int) -> int | None:
         return None
 
+    def prepare(self, share: int, shares: int) -> None:
+        """Work a producer process does before the first visit's clock starts (e.g. loading its share)."""
+
 
 @dataclass
 class VisitReport:
@@ -120,6 +123,7 @@ def _worker(conf: dict, topic: str, source: AlertSource, share: int, shares: int
             schedule: list[tuple[int, float]], results: mp.Queue) -> None:
     """A producer process: one Producer, its share of every visit at the visit's start time."""
     producer = Producer(conf)
+    source.prepare(share, shares)
     for visit, start_at in schedule:
         time.sleep(max(0.0, start_at - time.time()))
         results.put(("done", produce_share(producer, topic, source, visit, share, shares,
@@ -139,6 +143,7 @@ def run_producers(conf: dict, topic: str, source: AlertSource, schema_id: int, i
     bar = tqdm(total=total, unit="alert", disable=not progress, desc=f"producing to {topic}")
     if processes == 1:
         producer = Producer(conf)
+        source.prepare(0, 1)
         for visit, start_at in schedule:
             time.sleep(max(0.0, start_at - time.time()))
             _record(report, produce_share(producer, topic, source, visit, 0, 1, bar.update), 1, log)

@@ -1,0 +1,175 @@
+"""Side by side, same topic, same machine: the consume limit, the 2018 mini-broker design, and skyfilter.
+
+    python -m bench.side_by_side [--alerts 2000] [--filters 100] [--consumers 2]
+
+One topic of simulated Rubin alerts is produced once, then read by:
+
+* raw: ``--consumers`` plain confluent-kafka processes splitting the
+  partitions, no decoding (the limit), then the same with fastavro decoding;
+* per-filter processes: the 2018 mini-broker design, one Python consumer
+  process per filter, each reading and decoding every alert and applying its
+  own filter (no output is written: this favours the baseline);
+* skyfilter: ``pipelines/filter_stream.py --available-now`` with the same
+  filters as SQL, delivery and Delta archive included.
+
+Each is reported as alerts/s (alerts / wall time until every process is done)
+and as a ratio to the raw consume rate.  Writes ``side_by_side.{json,csv,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+from bench.harness import add_common_arguments, runs_table, settings_of
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.side_by_side",
+        description="skyfilter against the raw consume rate and the one-process-per-filter design, same data.")
+    parser.add_argument("--alerts", type=int, default=2000, help="alerts in the topic (default 2000)")
+    parser.add_argument("--filters", type=int, default=100, help="filters (default 100)")
+    parser.add_argument("--brokers", type=int, default=20, help="brokers of the skyfilter run (default 20)")
+    parser.add_argument("--consumers", type=int, default=2, help="processes of the raw consumers (default 2: cores)")
+    add_common_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def consume(conf: dict, topic: str, partitions: list[int], schema: dict | None, filter_index: int | None,
+            results: mp.Queue) -> None:
+    """A plain consumer process: read the partitions to their end, decode and filter if asked; report counts."""
+    import fastavro
+    from confluent_kafka import Consumer, TopicPartition
+    from fastavro.schema import parse_schema
+
+    from bench.filter_sets import matches
+    from skyfilter.wire import HEADER_SIZE
+
+    parsed = parse_schema(schema) if schema else None
+    consumer = Consumer(conf)
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions}
+    consumer.assign([TopicPartition(topic, p, low) for p, (low, high) in ends.items() if high > low])
+    remaining = {p: high for p, (low, high) in ends.items() if high > low}
+    count = selected = size = 0
+    while remaining:
+        for message in consumer.consume(500, timeout=5):
+            if message.error():
+                raise RuntimeError(message.error().str())
+            value = message.value()
+            count += 1
+            size += len(value)
+            if parsed is not None:
+                alert = fastavro.schemaless_reader(io.BytesIO(value[HEADER_SIZE:]), parsed, None)
+                if filter_index is not None and matches(filter_index, alert):
+                    selected += 1
+            if message.offset() + 1 >= remaining.get(message.partition(), 0):
+                remaining.pop(message.partition(), None)
+    consumer.close()
+    results.put({"alerts": count, "bytes": size, "selected": selected, "finished": time.time()})
+
+
+def run_consumers(cfg, topic: str, jobs: list[tuple[list[int], int | None]], schema: dict | None) -> dict:
+    """Run one consumer process per job (partitions, filter); alerts/s over the wall time of all of them."""
+    from skyfilter.kafka_clients import client_settings
+
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    processes = []
+    for partitions, filter_index in jobs:
+        conf = client_settings(cfg, **{"group.id": f"bench-side-{time.time_ns()}", "enable.auto.commit": False,
+                                       "fetch.max.bytes": 64 * 1024 * 1024, "log_level": 0})
+        processes.append(context.Process(target=consume, args=(conf, topic, partitions, schema, filter_index,
+                                                               results), daemon=True))
+    began = time.time()
+    for process in processes:
+        process.start()
+    reports = [results.get(timeout=3600) for _ in processes]
+    for process in processes:
+        process.join(30)
+    seconds = max(r["finished"] for r in reports) - began
+    each_reads_all = jobs[0][1] is not None
+    per_process = reports[0]["alerts"] if each_reads_all else sum(r["alerts"] for r in reports)
+    return {"processes": len(processes), "alerts": per_process, "seconds": round(seconds, 2),
+            "alerts_per_s": round(per_process / seconds, 1)}
+
+
+def run(args: argparse.Namespace) -> dict[str, Path]:
+    """Run the benchmark; returns the result files."""
+    from bench.alert_cache import CachedSource, cached_visits
+    from bench.filter_scaling import measure
+    from bench.filter_sets import write_filter_set
+    from bench.harness import RssSampler, bench_kafka, kafka_pid, spark_driver_pid
+    from bench.report import write_results
+    from pipelines.filter_stream import parse_args as stream_args
+    from pipelines.filter_stream import run as run_stream
+    from pipelines.session import get_spark
+    from producers.command import send_source
+    from skyfilter.avro_schemas import rubin_schema
+    from skyfilter.topics import topic_partitions
+
+    run_id = time.strftime("%Y%m%d%H%M%S")
+    topic = f"bench.side.{run_id}"
+    with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
+        schema = rubin_schema(str(cfg.get("simulation.schema_version")))
+        cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
+        report = send_source(cfg, topic, CachedSource(cached), schema, 0.0, 2, not args.quiet, lambda line: None)
+        partitions = list(range(topic_partitions(cfg, topic)))
+        split = [(partitions[i::args.consumers], None) for i in range(min(args.consumers, len(partitions)))]
+        spark = get_spark("skyfilter-bench-side-by-side")
+        with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}) as memory:
+            rows = [{"design": "raw consume (confluent-kafka)", **run_consumers(cfg, topic, split, None)},
+                    {"design": "raw consume + fastavro decode", **run_consumers(cfg, topic, split, schema)},
+                    {"design": f"one Python process per filter ({args.filters})",
+                     **run_consumers(cfg, topic, [(partitions, i) for i in range(args.filters)], schema)}]
+            filters, brokers = write_filter_set(args.state_dir / "filter_sets" / f"side_{args.filters}",
+                                                args.filters, "sql", args.brokers)
+            name = f"side_{run_id}"
+            run_stream(stream_args(["--topic", topic, "--name", name, "--filters-dir", str(filters),
+                                    "--brokers", str(brokers), "--available-now", "--bootstrap", cfg.bootstrap_servers,
+                                    "--state-dir", str(args.state_dir)]), spark, lambda line: None)
+            figures = measure(spark, args.state_dir / "delta" / name / "metrics")
+            rows.append({"design": f"skyfilter ({args.filters} SQL filters, deliver + archive)", "processes": 1,
+                         "alerts": figures["alerts"], "seconds": round(figures["seconds"], 2),
+                         "alerts_per_s": round(figures["alerts_per_s"], 1)})
+    limit = rows[0]["alerts_per_s"]
+    for row in rows:
+        row["x_raw"] = round(row["alerts_per_s"] / limit, 3)
+    ours, per_filter = rows[-1]["alerts_per_s"], rows[2]["alerts_per_s"]
+    notes = [f"{report.alerts} simulated Rubin alerts ({'with' if args.stamps else 'without'} cutouts, "
+             f"{report.bytes / 1e6:,.0f} MB) in one topic of {len(partitions)} partitions.",
+             "Raw consumers split the partitions; each per-filter process reads every alert. skyfilter's time is "
+             "its first batch start to last batch end (start-up excluded), with Kafka delivery and Delta archive.",
+             f"Targets: skyfilter >= 0.5x the raw consume rate: {rows[-1]['x_raw']:.2f}x; >= 5x the per-filter "
+             f"process design: {ours / per_filter:.1f}x."]
+    columns = [("design", "design"), ("processes", "processes"), ("alerts", "alerts per process"),
+               ("seconds", "wall s"), ("alerts_per_s", "alerts/s"), ("x_raw", "x raw consume")]
+    return write_results(args.results, "side_by_side", "Side by side: the consume limit, per-filter processes, "
+                         "skyfilter", rows, columns, notes, settings_of(args), args.command, _plot(rows),
+                         {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
+
+
+def _plot(rows: list[dict]):
+    from bench.report import pyplot
+
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(7, 3.5))
+    axis.barh([r["design"] for r in rows][::-1], [r["alerts_per_s"] for r in rows][::-1], color="tab:blue")
+    axis.set_xscale("log")
+    axis.set_xlabel("alerts / s (log)")
+    axis.set_title("Same topic, same machine")
+    return figure
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.harness import bench_main
+
+    return bench_main("bench.side_by_side", parse_args, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

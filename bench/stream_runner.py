@@ -1,0 +1,112 @@
+"""The stream job run by a benchmark: ``pipelines/filter_stream.py`` in a thread of the benchmark's process.
+
+The benchmark's process is then the Spark driver (local mode: the executor
+too), so its memory is the stream's memory.  A benchmark registers the topic's
+schema first, starts the stream, waits until it runs (warm), produces, waits
+until the stream has taken in every alert, then stops it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from skyfilter.config import Config
+from skyfilter.errors import SkyfilterError
+
+BATCH_LINE = re.compile(r"^batch (\d+): (\d+) alerts")
+
+
+@dataclass
+class StreamRun:
+    """A stream job running in a thread, and what it has said so far."""
+
+    name: str
+    thread: threading.Thread | None = None
+    lines: list[str] = field(default_factory=list)
+    error: BaseException | None = None
+    finished: bool = False
+
+    def alerts_in(self) -> int:
+        """Alerts the stream has taken in so far (from its batch lines)."""
+        return sum(int(m[2]) for m in map(BATCH_LINE.match, list(self.lines)) if m)
+
+    def wait_for_alerts(self, expected: int, timeout_s: float, on_progress=None) -> None:
+        """Block until the stream has taken in ``expected`` alerts; raise if it fails or times out."""
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        while (current := self.alerts_in()) < expected:
+            if on_progress and current > seen:
+                on_progress(current - seen)
+                seen = current
+            self._check_running()
+            if time.monotonic() > deadline:
+                raise SkyfilterError(f"stream '{self.name}' took in {current} of {expected} alerts "
+                                     f"within {timeout_s:.0f} s")
+            time.sleep(0.2)
+        if on_progress and self.alerts_in() > seen:
+            on_progress(self.alerts_in() - seen)
+
+    def stop(self, spark, timeout_s: float = 120) -> None:
+        """Stop the stream's query and wait for its thread."""
+        for query in spark.streams.active:
+            if query.name == f"filter_stream_{self.name}":
+                query.stop()
+        if self.thread is not None:
+            self.thread.join(timeout_s)
+        self._check()
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise SkyfilterError(f"stream '{self.name}' failed: {self.error}")
+
+    def _check_running(self) -> None:
+        self._check()
+        if self.finished:
+            raise SkyfilterError(f"stream '{self.name}' ended early; its last lines: {self.lines[-3:]}")
+
+
+def start_stream(cfg: Config, spark, topic: str, name: str, filters_dir: Path, brokers_file: Path,
+                 trigger: str = "0", max_offsets: int | None = None, sets: list[str] | None = None,
+                 start_timeout_s: float = 300) -> StreamRun:
+    """Start the stream job on ``topic`` (schema already registered) and return once it runs."""
+    from pipelines.filter_stream import parse_args, run
+
+    argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters_dir), "--brokers", str(brokers_file),
+            "--trigger", trigger, "--wait-for-schema", "0", "--bootstrap", cfg.bootstrap_servers,
+            "--state-dir", str(cfg.get("state_dir"))]
+    for setting in ([f"stream.max_offsets_per_trigger={max_offsets}"] if max_offsets else []) + (sets or []):
+        argv += ["--set", setting]
+    stream = StreamRun(name)
+
+    def body() -> None:
+        try:
+            run(parse_args(argv), spark, stream.lines.append)
+        except BaseException as exc:  # noqa: BLE001 - reported by the waiting side
+            stream.error = exc
+        stream.finished = True
+
+    stream.thread = threading.Thread(target=body, name=f"stream-{name}", daemon=True)
+    stream.thread.start()
+    deadline = time.monotonic() + start_timeout_s
+    while not any(line.startswith(f"stream '{name}' running") for line in list(stream.lines)):
+        if stream.finished:
+            stream._check_running()
+        if time.monotonic() > deadline:
+            raise SkyfilterError(f"stream '{name}' did not start within {start_timeout_s:.0f} s")
+        time.sleep(0.2)
+    return stream
+
+
+def register_topic(cfg: Config, topic: str, schema: dict, partitions: int | None = None) -> int:
+    """Create ``topic`` and register its schema before the stream starts; returns the schema id."""
+    from skyfilter.kafka_clients import act_as
+    from skyfilter.registry import open_registry, subject_for
+    from skyfilter.topics import ensure_topics
+
+    producer_cfg = act_as(cfg, "producer")
+    ensure_topics(producer_cfg, {topic: partitions or int(cfg.get("topics.alerts_partitions"))})
+    return open_registry(producer_cfg).register(subject_for(topic), schema, exclusive=True)
