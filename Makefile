@@ -13,11 +13,12 @@ MVN_FLAGS    := -q -B -Dmaven.repo.local=$(LOCAL)/m2 -Dkafka.version=$(KAFKA_VER
                 -Dscala.binary.version=$(SCALA_BINARY_VERSION) -Dlog4j.version=$(LOG4J_VERSION) \
                 -Dslf4j.version=$(SLF4J_VERSION)
 
-.PHONY: setup demo test notebook lint clean kafka-stop help
+.PHONY: setup demo test bench notebook lint clean kafka-stop help
 
 help:
 	@echo "make demo   set up everything, then run a small simulated night end to end"
 	@echo "make test   set up everything, then run the test suite"
+	@echo "make bench  set up everything, then run every benchmark at full size (hours; BENCH=name for one)"
 	@echo "make notebook  open JupyterLab on notebooks/filter_authoring.ipynb"
 	@echo "make lint   ruff check"
 	@echo "make clean  stop local Kafka and remove .local/ (the venv stays)"
@@ -55,6 +56,11 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest tests
+
+# Benchmarks, not tests: results (JSON, CSV, Markdown, PNG) go to bench/results, runs to .local/bench/bench_runs.
+BENCH ?= producer grid visit-burst side-by-side filter-scaling trigger-sweep sustained catch-up
+bench: setup
+	set -e; for experiment in $(BENCH); do $(VENV)/bin/skyfilter bench $$experiment $(BENCH_ARGS); done
 
 # JupyterLab is only needed here, so it is installed on first use.
 $(VENV)/.notebook: setup.py $(VENV)/.installed

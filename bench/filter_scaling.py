@@ -1,6 +1,6 @@
-"""Filter scaling: the stream's throughput with 1, 10, 100... filters in its one query.
+"""Filter scaling: the stream's throughput with 1, 10, 100, 250 filters in its one query, SQL and Python.
 
-    python -m bench.filter_scaling [--alerts 4000] [--filters 1,10,100] [--kind sql|python]
+    python -m bench.filter_scaling [--alerts 4000] [--filters 1,10,100,250] [--kinds sql,python]
 
 Produces one simulated night once, then runs ``pipelines/filter_stream.py``
 (``--available-now``, one SparkSession) over the same topic once per filter
@@ -15,7 +15,7 @@ from the stream's own Delta metrics table:
 * filter + deliver: alerts / the summed time from batch start to the Kafka
   write's acknowledgement (where the number of filters can matter).
 
-Writes ``filter_scaling_<kind>.{json,csv,md,png}`` into ``--results``.
+Writes ``filter_scaling.{json,csv,md,png}`` into ``--results``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Throughput of the stream job against the number of filters it evaluates in one query.")
     parser.add_argument("--alerts", type=int, default=4000, help="alerts to produce (default 4000)")
     parser.add_argument("--alerts-per-visit", type=int, default=1000, help="visit size (default 1000)")
-    parser.add_argument("--filters", default="1,10,100", help="filter counts to compare (default 1,10,100)")
-    parser.add_argument("--kind", choices=["sql", "python"], default="sql", help="filter language (default sql)")
+    parser.add_argument("--filters", default="1,10,100,250", help="filter counts to compare (default 1,10,100,250)")
+    parser.add_argument("--kinds", default="sql,python", help="filter languages, each measured separately "
+                                                              "(default sql,python)")
     parser.add_argument("--brokers", type=int, default=20, help="most brokers the filters are spread over (20)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per filter count; the best counts (2)")
     parser.add_argument("--max-offsets", type=int, default=1000, help="maxOffsetsPerTrigger (default 1000)")
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from producers.command import ProduceOptions, produce
 
     counts = sorted({int(c) for c in args.filters.split(",")})
+    kinds = [k.strip() for k in args.kinds.split(",")]
     run_id = time.strftime("%Y%m%d%H%M%S")
     topic = f"bench.scaling.{run_id}"
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
@@ -78,43 +80,46 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                          log=lambda line: None)
         spark = get_spark("skyfilter-bench-filter-scaling")
         with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}) as memory:
-            results: dict[int, list[dict]] = {count: [] for count in counts}
-            runs = [(repeat, count) for repeat in range(args.repeats) for count in counts]
+            results: dict[tuple[str, int], list[dict]] = {(kind, count): [] for kind in kinds for count in counts}
+            runs = [(repeat, kind, count) for repeat in range(args.repeats) for kind in kinds for count in counts]
             bar = tqdm(runs, desc="stream runs", unit="run", disable=args.quiet)
-            for repeat, count in bar:
-                bar.set_postfix(filters=count)
-                folder = args.state_dir / "filter_sets" / f"{args.kind}_{count}"
-                filters, brokers = write_filter_set(folder, count, args.kind, args.brokers)
-                name = f"scaling_{run_id}_{args.kind}_{count}_{repeat}"
+            for repeat, kind, count in bar:
+                bar.set_postfix(kind=kind, filters=count)
+                folder = args.state_dir / "filter_sets" / f"{kind}_{count}"
+                filters, brokers = write_filter_set(folder, count, kind, args.brokers)
+                name = f"scaling_{run_id}_{kind}_{count}_{repeat}"
                 argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters), "--brokers", str(brokers),
                         "--available-now", "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(args.state_dir),
                         "--set", f"stream.max_offsets_per_trigger={args.max_offsets}"]
                 run_stream(stream_args(argv), spark, lambda line: None)
-                results[count].append(measure(spark, args.state_dir / "delta" / name / "metrics"))
-        rows = _rows(results, counts, args)
-    base = rows[0]
+                results[(kind, count)].append(measure(spark, args.state_dir / "delta" / name / "metrics"))
+        rows = [row for kind in kinds for row in _rows(results, kind, counts, args)]
     notes = [f"{report.alerts} simulated Rubin alerts ({'with' if args.stamps else 'without'} cutouts), "
              f"{visits} visit(s); maxOffsetsPerTrigger {args.max_offsets}; best of {args.repeats} run(s) per count.",
              "stream: alerts / (end of last batch - start of first): filters, Kafka delivery and Delta archive.",
              "filter + deliver: alerts / summed time from batch start to the Kafka write's acknowledgement."]
-    for row in rows[1:]:
-        notes.append(f"{row['filters']} filters: {row['ratio']:.2f}x the stream throughput of {base['filters']} "
-                     f"({row['deliver_ratio']:.2f}x for filter + deliver); target >= 0.7x.")
-    columns = [("filters", "filters"), ("brokers", "brokers"), ("alerts", "alerts"), ("batches", "batches"),
-               ("seconds", "stream s"), ("alerts_per_s", "stream alerts/s"), ("ratio", "x 1 filter"),
-               ("deliver_alerts_per_s", "filter+deliver alerts/s"), ("deliver_ratio", "x 1 filter")]
-    return write_results(args.results, f"filter_scaling_{args.kind}",
-                         f"Filter scaling ({args.kind.upper()} filters)", rows, columns, notes,
-                         settings_of(args), args.command, _plot(rows, args.kind),
+    for kind in kinds:
+        mine = [r for r in rows if r["kind"] == kind]
+        for row in mine[1:]:
+            notes.append(f"{kind.upper()}, {row['filters']} filters: {row['ratio']:.2f}x the stream throughput of "
+                         f"{mine[0]['filters']} ({row['deliver_ratio']:.2f}x for filter + deliver); target >= 0.7x "
+                         f"at 100.")
+    columns = [("kind", "language"), ("filters", "filters"), ("brokers", "brokers"), ("alerts", "alerts"),
+               ("batches", "batches"), ("seconds", "stream s"), ("alerts_per_s", "stream alerts/s"),
+               ("ratio", "x 1 filter"), ("deliver_alerts_per_s", "filter+deliver alerts/s"),
+               ("deliver_ratio", "x 1 filter")]
+    return write_results(args.results, "filter_scaling", "Filter scaling: SQL and Python filters", rows, columns,
+                         notes, settings_of(args), args.command, _plot(rows),
                          {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
 
 
-def _rows(results: dict[int, list[dict]], counts: list[int], args: argparse.Namespace) -> list[dict]:
+def _rows(results: dict[tuple[str, int], list[dict]], kind: str, counts: list[int],
+          args: argparse.Namespace) -> list[dict]:
     rows = []
     for count in counts:
-        best = max(results[count], key=lambda r: r["alerts_per_s"])
-        best_deliver = max(r["deliver_alerts_per_s"] for r in results[count])
-        rows.append({"filters": count, "brokers": args.brokers, "alerts": best["alerts"],
+        best = max(results[(kind, count)], key=lambda r: r["alerts_per_s"])
+        best_deliver = max(r["deliver_alerts_per_s"] for r in results[(kind, count)])
+        rows.append({"kind": kind, "filters": count, "brokers": args.brokers, "alerts": best["alerts"],
                      "batches": best["batches"], "seconds": round(best["seconds"], 2),
                      "alerts_per_s": round(best["alerts_per_s"], 1), "deliver_alerts_per_s": round(best_deliver, 1)})
     for row in rows:
@@ -123,21 +128,24 @@ def _rows(results: dict[int, list[dict]], counts: list[int], args: argparse.Name
     return rows
 
 
-def _plot(rows: list[dict], kind: str):
+def _plot(rows: list[dict]):
     from bench.report import pyplot
 
     plt = pyplot()
-
     figure, axis = plt.subplots(figsize=(6.4, 4))
-    counts = [r["filters"] for r in rows]
-    axis.plot(counts, [r["alerts_per_s"] for r in rows], "o-", label="stream (deliver + archive)")
-    axis.plot(counts, [r["deliver_alerts_per_s"] for r in rows], "s--", label="filter + deliver")
-    axis.plot(counts, [0.7 * rows[0]["alerts_per_s"]] * len(rows), ":", color="gray", label="0.7 x 1 filter")
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        mine = [r for r in rows if r["kind"] == kind]
+        counts = [r["filters"] for r in mine]
+        line, = axis.plot(counts, [r["alerts_per_s"] for r in mine], "o-", label=f"{kind.upper()}: stream")
+        axis.plot(counts, [r["deliver_alerts_per_s"] for r in mine], "s--", color=line.get_color(),
+                  label=f"{kind.upper()}: filter + deliver")
+        axis.plot(counts, [0.7 * mine[0]["alerts_per_s"]] * len(mine), ":", color=line.get_color(),
+                  label=f"{kind.upper()}: 0.7 x 1 filter")
     axis.set_xscale("log")
-    axis.set_xlabel(f"{kind.upper()} filters in the query")
+    axis.set_xlabel("filters in the query")
     axis.set_ylabel("alerts / s")
     axis.set_ylim(bottom=0)
-    axis.legend()
+    axis.legend(fontsize="small")
     axis.set_title("Throughput against the number of filters")
     return figure
 

@@ -67,7 +67,7 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
     sending = max(v.finish for v in report.visits) - min(v.start for v in report.visits)
     return {"trigger_s": float(trigger), "alerts": row["alerts"], "batches": row["batches"],
             "offered_per_s": round(report.alerts / max(sending, args.visit_seconds * args.visits), 1),
-            "alerts_per_s": round(row["alerts_per_s"], 1),
+            "alerts_per_s": round(float(row["alerts_per_s"]), 1),
             "p50_s": row["p50_ms"] / 1000, "p95_s": row["p95_ms"] / 1000, "p99_s": row["p99_ms"] / 1000,
             "max_s": row["max_ms"] / 1000,
             "drain_s": round(finished - max(v.finish for v in report.visits), 1)}

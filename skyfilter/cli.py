@@ -1,4 +1,4 @@
-"""The `skyfilter` command: local Kafka, producers, the demo.
+"""The `skyfilter` command: local Kafka, producers, the demo, the benchmarks.
 
 Every subcommand takes ``--config`` (default conf/local.yaml) and ``--set
 key=value`` overrides; errors print as one line and exit non-zero.
@@ -111,7 +111,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--trigger", default="0", help="stream trigger (default 0: as soon as possible)")
     demo.add_argument("--keep", action="store_true", help="leave Kafka running afterwards")
     _common(demo)
+
+    bench = commands.add_parser(
+        "bench", help="run one benchmark experiment (results into bench/results)",
+        description="Run a benchmark from bench/: " + "; ".join(f"{name}: {what}" for name, (_, what)
+                                                                 in BENCHMARKS.items())
+                    + ". Options after the experiment's name go to it (see `skyfilter bench NAME --help`).")
+    bench.add_argument("experiment", choices=list(BENCHMARKS), metavar="EXPERIMENT",
+                       help=", ".join(BENCHMARKS))
+    bench.add_argument("options", nargs=argparse.REMAINDER, help="the experiment's own options")
     return parser
+
+
+BENCHMARKS = {
+    "visit-burst": ("bench.visit_burst", "one 10,000-alert visit to its last delivered match"),
+    "trigger-sweep": ("bench.trigger_sweep", "latency and throughput per trigger interval at Rubin cadence"),
+    "sustained": ("bench.sustained", "lag and memory over a long night; the largest visit kept up with"),
+    "grid": ("bench.grid", "DMTN-028 grid: producers x partitions x stamps"),
+    "filter-scaling": ("bench.filter_scaling", "throughput with 1 to 250 SQL or Python filters"),
+    "side-by-side": ("bench.side_by_side", "raw consume, per-filter processes and skyfilter on one topic"),
+    "producer": ("bench.producer_rate", "alerts/s of one Python producer, simulated and real alerts"),
+    "catch-up": ("bench.catch_up", "a night's backlog caught up in bounded batches"),
+}
 
 
 def load_config(args: argparse.Namespace) -> Config:
@@ -231,10 +252,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(load_config(args), args)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
+
+    module = BENCHMARKS[args.experiment][0]
+    return importlib.import_module(module).main(args.options)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `skyfilter` console script."""
     args = build_parser().parse_args(argv)
-    handler = {"kafka": cmd_kafka, "produce": cmd_produce, "filters": cmd_filters, "demo": cmd_demo}[args.command]
+    handler = {"kafka": cmd_kafka, "produce": cmd_produce, "filters": cmd_filters, "demo": cmd_demo,
+               "bench": cmd_bench}[args.command]
     try:
         return handler(args)
     except SkyfilterError as exc:

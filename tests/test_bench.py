@@ -1,36 +1,119 @@
-"""Benchmarks are not tests: this only checks that each runs on a tiny input and writes its results."""
+"""Benchmarks are not tests: this only checks that each runs on a tiny input and writes its results.
+
+Every experiment runs against the session's Kafka and SparkSession, writes
+JSON, CSV, Markdown and a PNG, states its machine and command, reports peak
+memory, and appends one row to its ``bench_runs`` Delta table.
+"""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from bench.catch_up import main as catch_up
 from bench.filter_scaling import main as filter_scaling
+from bench.grid import main as grid
+from bench.producer_rate import main as producer_rate
+from bench.side_by_side import main as side_by_side
+from bench.sustained import main as sustained
+from bench.trigger_sweep import main as trigger_sweep
+from bench.visit_burst import main as visit_burst
+from conftest import DATA
+
+
+def _run(main, name: str, options: list[str], kafka_cfg, tmp_path: Path, capsys) -> dict:
+    """Run one experiment; check every result file, the printed table and the bench_runs row; return its JSON."""
+    results, state = tmp_path / "results", tmp_path / "state"
+    code = main([*options, "--quiet", "--bootstrap", kafka_cfg.bootstrap_servers, "--state-dir", str(state),
+                 "--results", str(results)])
+    assert code == 0
+    for suffix in ("csv", "md", "png"):
+        assert (results / f"{name}.{suffix}").stat().st_size > 0
+    result = json.loads((results / f"{name}.json").read_text())
+    assert result["machine"]["cores"] and result["machine"]["spark"] and f"bench.{name}" in result["command"]
+    assert result["peak_rss_mb"] and all(mb >= 0 for mb in result["peak_rss_mb"].values())
+    assert "Peak memory (RSS)" in (results / f"{name}.md").read_text()
+    assert "| " in capsys.readouterr().out
+    return result
+
+
+def _recorded_runs(spark, tmp_path: Path) -> list:
+    return spark.read.format("delta").load(str(tmp_path / "state" / "bench_runs")).collect()
 
 
 def test_filter_scaling_runs_on_a_tiny_night(kafka_cfg, spark, tmp_path, capsys):
-    code = filter_scaling(["--alerts", "40", "--alerts-per-visit", "20", "--filters", "1,3", "--brokers", "2",
-                           "--repeats", "1",
-                           "--no-stamps", "--max-offsets", "20", "--quiet", "--bootstrap", kafka_cfg.bootstrap_servers,
-                           "--state-dir", str(tmp_path / "state"), "--results", str(tmp_path / "results")])
-    assert code == 0
-    result = json.loads((tmp_path / "results" / "filter_scaling_sql.json").read_text())
-    assert [(r["filters"], r["brokers"], r["alerts"]) for r in result["results"]] == [(1, 2, 40), (3, 2, 40)]
+    result = _run(filter_scaling, "filter_scaling",
+                  ["--alerts", "40", "--alerts-per-visit", "20", "--filters", "1,3", "--kinds", "sql,python",
+                   "--brokers", "2", "--repeats", "1", "--no-stamps", "--max-offsets", "20"], kafka_cfg, tmp_path,
+                  capsys)
+    assert [(r["kind"], r["filters"], r["alerts"]) for r in result["results"]] == [
+        ("sql", 1, 40), ("sql", 3, 40), ("python", 1, 40), ("python", 3, 40)]
     assert all(r["batches"] >= 2 and r["alerts_per_s"] > 0 for r in result["results"])
-    assert result["machine"]["cores"] and "filter_scaling" in result["command"]
-    for suffix in ("csv", "md", "png"):
-        assert (tmp_path / "results" / f"filter_scaling_sql.{suffix}").stat().st_size > 0
-    assert "| filters | brokers |" in capsys.readouterr().out
+    [row] = _recorded_runs(spark, tmp_path)
+    assert row.benchmark == "filter_scaling" and len(json.loads(row.results)) == 4 and row.peak_rss_mb["driver"] > 0
+
+
+def test_visit_burst_times_one_visit_to_its_last_delivery(kafka_cfg, spark, tmp_path, capsys):
+    result = _run(visit_burst, "visit_burst", ["--alerts", "30", "--filters", "3", "--brokers", "2",
+                                               "--producers", "2", "--no-stamps"], kafka_cfg, tmp_path, capsys)
+    [row] = result["results"]
+    assert row["alerts"] == 30 and row["brokers"] == 2 and row["batches"] >= 1
+    assert 0 < row["produce_s"] <= row["last_delivery_s"] <= row["archived_s"]
+    assert row["first_batch_s"] < row["last_delivery_s"]
+
+
+def test_trigger_sweep_reports_latency_per_trigger(kafka_cfg, spark, tmp_path, capsys):
+    result = _run(trigger_sweep, "trigger_sweep",
+                  ["--triggers", "0,2", "--visits", "2", "--alerts-per-visit", "10", "--visit-seconds", "1",
+                   "--filters", "2", "--brokers", "2", "--producers", "1", "--no-stamps"], kafka_cfg, tmp_path, capsys)
+    assert [r["trigger_s"] for r in result["results"]] == [0.0, 2.0]
+    for row in result["results"]:
+        assert row["alerts"] == 20 and 0 < row["p50_s"] <= row["p95_s"] <= row["p99_s"] <= row["max_s"]
+        assert row["alerts_per_s"] > 0
+
+
+def test_sustained_follows_lag_and_memory(kafka_cfg, spark, tmp_path, capsys):
+    result = _run(sustained, "sustained",
+                  ["--minutes", "0.1", "--visit-seconds", "2", "--alerts-per-visit", "10", "--stretch", "20",
+                   "--stretch-minutes", "0.07", "--filters", "2", "--brokers", "2", "--producers", "1",
+                   "--cached-visits", "2", "--no-stamps"], kafka_cfg, tmp_path, capsys)
+    main, stretch = result["results"]
+    assert (main["alerts_per_visit"], main["visits"], main["alerts"]) == (10, 3, 30)
+    assert (stretch["alerts_per_visit"], stretch["alerts"]) == (20, 40)
+    assert main["max_lag"] >= 10 and main["driver_peak_mb"] > 100 and isinstance(main["kept_up"], bool)
+
+
+def test_grid_times_producing_and_consuming_per_cell(kafka_cfg, spark, tmp_path, capsys):
+    result = _run(grid, "grid", ["--producers", "1,2", "--partitions", "1,2", "--stamp-modes", "off",
+                                 "--alerts-per-visit", "20", "--visits", "2", "--no-producer-variants"],
+                  kafka_cfg, tmp_path, capsys)
+    cells = [(r["producers"], r["partitions"]) for r in result["results"]]
+    assert cells == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    for row in result["results"]:
+        assert 0 < row["produce_min_s"] <= row["produce_mean_s"] <= row["produce_max_s"]
+        assert 0 < row["consume_min_s"] <= row["consume_mean_s"] <= row["consume_max_s"]
+
+
+def test_side_by_side_compares_designs_on_one_topic(kafka_cfg, spark, tmp_path, capsys):
+    result = _run(side_by_side, "side_by_side", ["--alerts", "30", "--filters", "3", "--brokers", "2",
+                                                 "--no-stamps"], kafka_cfg, tmp_path, capsys)
+    designs = result["results"]
+    assert len(designs) == 4 and designs[0]["x_raw"] == 1.0
+    assert [d["alerts"] for d in designs] == [30, 30, 30, 30]  # each per-filter process read every alert
+    assert designs[2]["processes"] == 3 and all(d["alerts_per_s"] > 0 for d in designs)
+
+
+def test_producer_rate_sends_simulated_and_real_alerts(kafka_cfg, spark, tmp_path, capsys):
+    result = _run(producer_rate, "producer_rate", ["--alerts", "30", "--no-stamps", "--real",
+                                                   str(DATA / "lsst-v10")], kafka_cfg, tmp_path, capsys)
+    assert [r["sent"] for r in result["results"]] == [30, 30, 30, 30]
+    assert all(r["failed"] == 0 and r["alerts_per_s"] > 0 for r in result["results"])
+    assert result["results"][2]["kb_per_alert"] > 100  # real Rubin alerts carry their cutouts
 
 
 def test_catch_up_runs_on_a_tiny_backlog(kafka_cfg, tmp_path, capsys):
-    code = catch_up(["--visits", "2", "--alerts-per-visit", "20", "--max-offsets", "15", "--no-stamps", "--quiet",
-                     "--bootstrap", kafka_cfg.bootstrap_servers, "--state-dir", str(tmp_path / "state"),
-                     "--results", str(tmp_path / "results")])
-    assert code == 0
-    result = json.loads((tmp_path / "results" / "catch_up.json").read_text())
+    result = _run(catch_up, "catch_up", ["--visits", "2", "--alerts-per-visit", "20", "--max-offsets", "15",
+                                         "--no-stamps"], kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
     assert row["alerts"] == 40 and row["batches"] >= 3 and row["largest_batch"] <= 15  # bounded batches
     assert row["stream_peak_mb"] > 100 and row["catch_up_s"] > 0
-    assert (tmp_path / "results" / "catch_up.png").stat().st_size > 0
-    assert "| maxOffsetsPerTrigger |" in capsys.readouterr().out

@@ -1,0 +1,181 @@
+"""Sustained rate: a long night at Rubin's rate; does the consumer lag stay flat, and how does memory behave?
+
+    python -m bench.sustained [--minutes 30] [--alerts-per-visit 10000] [--visit-seconds 39] [--time-scale 1]
+                              [--stretch 2000,5000,10000,20000]
+
+``--minutes`` simulated minutes of visits of ``--alerts-per-visit`` alerts
+every ``--visit-seconds``.  ``--time-scale f`` keeps the rate but divides both
+the visit size and the interval by f, so the run lasts minutes/f real minutes.
+The stream runs with the ASAP trigger; the resident memory of the driver
+(JVM, executor and Python workers) and of Kafka is sampled every second, and
+the consumer lag (alerts produced but not yet delivered) is followed over time.
+``--stretch`` then runs a short night (``--stretch-minutes``) per visit size,
+smallest first, to find the largest visit size still kept up with (Rubin's
+stretch goal: 100,000 per visit).  Kept up: after the last visit, the stream
+delivers everything within 1.5 visit intervals.
+Writes ``sustained.{json,csv,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+from bench.harness import add_common_arguments, runs_table, settings_of
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.sustained",
+        description="Consumer lag and memory over a long night at Rubin's rate; then the largest visit kept up with.")
+    parser.add_argument("--minutes", type=float, default=30, help="simulated minutes of the main run (default 30)")
+    parser.add_argument("--alerts-per-visit", type=int, default=10000, help="alerts per visit (default 10000)")
+    parser.add_argument("--visit-seconds", type=float, default=39.0, help="seconds between visits (default 39)")
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="divide visit size and interval by this (same rate, shorter run; default 1)")
+    parser.add_argument("--stretch", default="", help="visit sizes to try after the main run, e.g. 2000,5000,10000")
+    parser.add_argument("--stretch-minutes", type=float, default=5, help="simulated minutes per stretch run (5)")
+    parser.add_argument("--filters", type=int, default=100, help="generated SQL filters (default 100)")
+    parser.add_argument("--brokers", type=int, default=20, help="brokers the filters are spread over (default 20)")
+    parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
+    parser.add_argument("--cached-visits", type=int, default=5, help="distinct visits simulated, then cycled (5)")
+    add_common_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def night(cfg, spark, args, schema: dict, alerts_per_visit: int, minutes: float, label: str, run_id: str,
+          memory) -> dict:
+    """One night at a visit size: lag over time, latency, and whether the stream kept up."""
+    from bench.alert_cache import CachedSource, cached_visits
+    from bench.filter_sets import write_filter_set
+    from bench.stream_runner import register_topic, start_stream
+    from pipelines.trigger_report import trigger_rows
+    from producers.command import send_source
+
+    per_visit = max(1, round(alerts_per_visit / args.time_scale))
+    interval = args.visit_seconds / args.time_scale
+    visits = max(1, round(minutes * 60 / args.visit_seconds))
+    cached = cached_visits(args.state_dir / "cache", schema, min(visits, args.cached_visits), per_visit, args.stamps,
+                           progress=not args.quiet)
+    topic, name = f"bench.sustained.{run_id}.{label}", f"sustained_{run_id}_{label}"
+    filters, brokers = write_filter_set(args.state_dir / "filter_sets" / f"sustained_{args.filters}",
+                                        args.filters, "sql", args.brokers)
+    register_topic(cfg, topic, schema)
+    stream = start_stream(cfg, spark, topic, name, filters, brokers, "0")
+    began = time.time()
+    reports: list = []
+    producer = threading.Thread(target=lambda: reports.append(send_source(
+        cfg, topic, CachedSource(cached, visits), schema, interval, args.producers, False, lambda line: None)))
+    producer.start()
+    try:
+        producer.join()
+        if not reports:
+            raise RuntimeError("the producers failed; see the log above")
+        stream.wait_for_alerts(reports[0].alerts, timeout_s=max(600.0, visits * interval * 4))
+    finally:
+        stream.stop(spark)
+    report = reports[0]
+    batches = spark.read.format("delta").load(str(args.state_dir / "delta" / name / "metrics")) \
+        .where("input_alerts > 0").orderBy("batch_id").collect()
+    row = trigger_rows(spark, cfg, [name])[0]
+    timeline = _lag_timeline(report.visits, batches, began)
+    last_sent = max(v.finish for v in report.visits)
+    drain = max(b.delivered_at.timestamp() for b in batches) - last_sent
+    samples = [(t, r) for t, r in memory.samples if began - memory.began <= t]
+    return {"run": label, "alerts_per_visit": alerts_per_visit, "visit_s": round(interval, 2), "visits": visits,
+            "alerts": report.alerts, "offered_per_s": round(per_visit / interval, 1),
+            "sustained_per_s": round(float(row["alerts_per_s"]), 1), "max_lag": max(p["lag"] for p in timeline),
+            "drain_s": round(drain, 1), "kept_up": drain <= 1.5 * interval,
+            "p50_s": round(row["p50_ms"] / 1000, 2), "p99_s": round(row["p99_ms"] / 1000, 2),
+            "driver_peak_mb": round(max((r["driver"] for _, r in samples), default=0)),
+            "kafka_peak_mb": round(max((r["kafka"] for _, r in samples), default=0)),
+            "timeline": timeline,
+            "memory": [{"t": round(t - (began - memory.began), 1), **r} for t, r in samples]}
+
+
+def _lag_timeline(visits, batches, began: float) -> list[dict]:
+    """Alerts produced but not yet delivered, at every visit sent and every batch delivered."""
+    events = [(v.finish, v.alerts, 0) for v in visits] + [(b.delivered_at.timestamp(), 0, b.input_alerts)
+                                                          for b in batches]
+    produced = delivered = 0
+    points = []
+    for moment, sent, done in sorted(events):
+        produced += sent
+        delivered += done
+        points.append({"t": round(moment - began, 2), "lag": max(produced - delivered, 0)})
+    return points
+
+
+def run(args: argparse.Namespace) -> dict[str, Path]:
+    """Run the benchmark; returns the result files."""
+    from bench.harness import RssSampler, bench_kafka, kafka_pid, spark_driver_pid
+    from bench.report import write_results
+    from pipelines.session import get_spark
+    from skyfilter.avro_schemas import rubin_schema
+
+    run_id = time.strftime("%Y%m%d%H%M%S")
+    with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
+        schema = rubin_schema(str(cfg.get("simulation.schema_version")))
+        spark = get_spark("skyfilter-bench-sustained")
+        with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}, 1.0) as memory:
+            runs = [night(cfg, spark, args, schema, args.alerts_per_visit, args.minutes, "main", run_id, memory)]
+            for size in [int(v) for v in args.stretch.split(",") if v.strip()]:
+                runs.append(night(cfg, spark, args, schema, size, args.stretch_minutes, f"stretch{size}", run_id,
+                                  memory))
+    columns = [("run", "run"), ("alerts_per_visit", "alerts/visit"), ("visit_s", "visit every s"),
+               ("visits", "visits"), ("alerts", "alerts"), ("offered_per_s", "offered alerts/s"),
+               ("sustained_per_s", "sustained alerts/s"), ("max_lag", "max lag (alerts)"), ("drain_s", "drain s"),
+               ("kept_up", "kept up"), ("p50_s", "p50 s"), ("p99_s", "p99 s"),
+               ("driver_peak_mb", "driver peak MB"), ("kafka_peak_mb", "Kafka peak MB")]
+    rows = [{key: r[key] for key, _ in columns} for r in runs]
+    kept = [r["alerts_per_visit"] for r in rows if r["kept_up"]]
+    notes = [f"Main run: {args.minutes:g} simulated minutes of {args.alerts_per_visit} alerts per "
+             f"{args.visit_seconds:g} s visit, time-scaled by {args.time_scale:g} (visit size and interval divided), "
+             f"simulated Rubin alerts {'with' if args.stamps else 'without'} cutouts ({args.cached_visits} distinct "
+             f"visits cycled), {args.filters} SQL filters over {args.brokers} brokers, ASAP trigger.",
+             "Lag: alerts produced (visit acknowledged) minus alerts delivered (batch acknowledged), at every "
+             "event. Kept up: the last visit delivered within 1.5 visit intervals after it was sent.",
+             "Largest visit size kept up with: " + (f"{max(kept):,} alerts per {args.visit_seconds:g} s "
+                                                     f"(time-scaled by {args.time_scale:g})." if kept
+                                                     else "none of the sizes tried (Rubin: 10,000; stretch "
+                                                          "goal 100,000).")]
+    return write_results(args.results, "sustained", "Sustained rate: lag and memory over a night", rows, columns,
+                         notes, settings_of(args), args.command, _plot(runs),
+                         {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
+
+
+def _plot(runs: list[dict]):
+    from bench.report import pyplot
+
+    plt = pyplot()
+    figure, (lag, memory) = plt.subplots(1, 2, figsize=(11, 4))
+    for result in runs:
+        lag.plot([p["t"] for p in result["timeline"]], [p["lag"] for p in result["timeline"]],
+                 label=f"{result['alerts_per_visit']:,}/visit" + (" (main)" if result["run"] == "main" else ""))
+    main = runs[0]
+    for process in ("driver", "kafka"):
+        memory.plot([s["t"] for s in main["memory"]], [s[process] for s in main["memory"]], label=process)
+    lag.set_xlabel("seconds since the first visit")
+    lag.set_ylabel("consumer lag (alerts)")
+    lag.set_title("Lag")
+    lag.legend(fontsize="small")
+    memory.set_xlabel("seconds since the first visit (main run)")
+    memory.set_ylabel("resident memory (MB)")
+    memory.set_ylim(bottom=0)
+    memory.set_title("Memory")
+    memory.legend()
+    figure.tight_layout()
+    return figure
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.harness import bench_main
+
+    return bench_main("bench.sustained", parse_args, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
