@@ -58,7 +58,7 @@ test: setup
 	$(PY) -m pytest tests
 
 # Benchmarks, not tests: results (JSON, CSV, Markdown, PNG) go to bench/results, runs to .local/bench/bench_runs.
-BENCH ?= producer grid visit-burst side-by-side filter-scaling trigger-sweep sustained catch-up
+BENCH ?= producer stages grid visit-burst side-by-side filter-scaling trigger-sweep sustained catch-up
 bench: setup
 	set -e; for experiment in $(BENCH); do $(VENV)/bin/skyfilter bench $$experiment $(BENCH_ARGS); done
 

@@ -62,12 +62,13 @@ def measure(spark, metrics_path: Path) -> dict:
 
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
-    from bench.harness import RssSampler, bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
     from bench.report import write_results
     from pipelines.filter_stream import parse_args as stream_args
     from pipelines.filter_stream import run as run_stream
     from pipelines.session import get_spark
     from producers.command import ProduceOptions, produce
+    from skyfilter.memory import RssSampler
 
     counts = sorted({int(c) for c in args.filters.split(",")})
     kinds = [k.strip() for k in args.kinds.split(",")]

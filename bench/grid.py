@@ -88,9 +88,10 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from tqdm import tqdm
 
     from bench.alert_cache import cached_visits
-    from bench.harness import RssSampler, bench_kafka, kafka_pid
+    from bench.harness import bench_kafka, kafka_pid
     from bench.report import write_results
     from skyfilter.avro_schemas import rubin_schema
+    from skyfilter.memory import RssSampler
 
     producer_counts = [int(v) for v in args.producers.split(",")]
     partition_counts = [int(v) for v in args.partitions.split(",")]

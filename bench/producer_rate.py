@@ -84,11 +84,12 @@ class CycledFileSource(AlertSource):
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.alert_cache import CachedSource, cached_visits
-    from bench.harness import RssSampler, bench_kafka, kafka_pid
+    from bench.harness import bench_kafka, kafka_pid
     from bench.report import write_results
     from producers.command import send_source
     from producers.sources import SimulatedSource
     from skyfilter.avro_schemas import rubin_schema
+    from skyfilter.memory import RssSampler
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     rows = []

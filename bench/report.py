@@ -109,3 +109,36 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def update_readme(readme: Path, results: Path) -> list[str]:
+    """Refresh the blocks ``<!-- bench:NAME -->...<!-- /bench:NAME -->`` of a README from ``results/NAME.md``.
+
+    A block gets the result's table, machine, command and peak-memory lines, so
+    the README quotes the measured figures instead of retyping them.  Returns
+    the names refreshed.
+    """
+    import re
+
+    text = readme.read_text()
+    refreshed = []
+
+    def block(match: re.Match) -> str:
+        name = match.group(1)
+        source = results / f"{name}.md"
+        if not source.exists():
+            return match.group(0)
+        body = source.read_text().split("\n\n")
+        kept = [part for part in body[1:] if part.startswith(("|", "Machine:", "Command:", "Peak memory"))]
+        refreshed.append(name)
+        return f"<!-- bench:{name} -->\n" + "\n\n".join(kept) + f"\n<!-- /bench:{name} -->"
+
+    text = re.sub(r"<!-- bench:(\w+) -->.*?<!-- /bench:\1 -->", block, text, flags=re.S)
+    readme.write_text(text)
+    return refreshed
+
+
+if __name__ == "__main__":
+    ROOT = Path(__file__).resolve().parents[1]
+    names = update_readme(ROOT / "README.md", ROOT / "bench" / "results")
+    print(f"README.md: refreshed {len(names)} benchmark table(s): {', '.join(names) or 'none'}")

@@ -44,13 +44,14 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.consumers import run_consumers
     from bench.filter_scaling import measure
     from bench.filter_sets import write_filter_set
-    from bench.harness import RssSampler, bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
     from bench.report import write_results
     from pipelines.filter_stream import parse_args as stream_args
     from pipelines.filter_stream import run as run_stream
     from pipelines.session import get_spark
     from producers.command import send_source
     from skyfilter.avro_schemas import rubin_schema
+    from skyfilter.memory import RssSampler
     from skyfilter.topics import topic_partitions
 
     run_id = time.strftime("%Y%m%d%H%M%S")

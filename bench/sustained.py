@@ -111,10 +111,11 @@ def _lag_timeline(visits, batches, began: float) -> list[dict]:
 
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
-    from bench.harness import RssSampler, bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
     from bench.report import write_results
     from pipelines.session import get_spark
     from skyfilter.avro_schemas import rubin_schema
+    from skyfilter.memory import RssSampler
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):

@@ -76,10 +76,11 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.alert_cache import cached_visits
-    from bench.harness import RssSampler, bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
     from bench.report import write_results
     from pipelines.session import get_spark
     from skyfilter.avro_schemas import rubin_schema
+    from skyfilter.memory import RssSampler
 
     triggers = [t.strip() for t in args.triggers.split(",")]
     run_id = time.strftime("%Y%m%d%H%M%S")

@@ -10,8 +10,10 @@ first send:
 
 * producing: the last producer acknowledgement;
 * first batch: when the stream's first batch of the visit started;
-* last delivery: the newest Kafka append time on any broker topic (the headline,
-  DMTN-028's "time to distribute a visit"; target <= 10 s on this machine);
+* whole visit filtered + delivered: the last batch's Kafka write acknowledged
+  (the headline, DMTN-028's "time to distribute a visit"; target <= 10 s here);
+* last broker-topic append: the newest message on any broker topic (topics
+  reach their per-visit cap early, so this comes sooner);
 * archived: when the last batch's Delta archive was committed.
 
 Writes ``visit_burst.{json,csv,md,png}``: a timeline of producing and of each
@@ -77,8 +79,8 @@ def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, repeat: int
             "filters": args.filters, "brokers": len(last_by_topic), "batches": len(batches),
             "produce_s": round(report.visits[0].finish - first_send, 2),
             "first_batch_s": round(batches[0]["started"] - first_send, 2),
-            "last_delivery_s": round(max(last_by_topic.values()), 2),
-            "earliest_topic_done_s": round(min(last_by_topic.values()), 2),
+            "last_delivery_s": round(batches[-1]["delivered"] - first_send, 2),
+            "last_append_s": round(max(last_by_topic.values()), 2),
             "archived_s": round(batches[-1]["finished"] - first_send, 2),
             "filter_deliver_s": round(sum(b["delivered"] - b["started"] for b in batches), 2),
             "archive_s": round(sum(b["finished"] - b["delivered"] for b in batches), 2),
@@ -95,10 +97,11 @@ def _batches(spark, metrics: Path) -> list[dict]:
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.alert_cache import cached_visits
-    from bench.harness import RssSampler, bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
     from bench.report import write_results
     from pipelines.session import get_spark
     from skyfilter.avro_schemas import rubin_schema
+    from skyfilter.memory import RssSampler
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
@@ -109,16 +112,18 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
             runs = [burst(cfg, spark, args, cached, schema, run_id, repeat) for repeat in range(args.repeats)]
     columns = [("alerts", "alerts"), ("megabytes", "MB"), ("producers", "producers"), ("filters", "filters"),
                ("brokers", "broker topics"), ("batches", "batches"), ("produce_s", "producing s"),
-               ("first_batch_s", "first batch starts s"), ("earliest_topic_done_s", "first topic complete s"),
-               ("last_delivery_s", "last delivery s"), ("archived_s", "archived s"),
+               ("first_batch_s", "first batch starts s"), ("last_append_s", "last broker-topic append s"),
+               ("last_delivery_s", "whole visit filtered + delivered s"), ("archived_s", "archived s"),
                ("filter_deliver_s", "filter+deliver s"), ("archive_s", "archive s")]
     rows = [{key: r[key] for key, _ in columns} for r in runs]
     best = min(r["last_delivery_s"] for r in rows)
     verdict = "met" if best <= TARGET_S else f"missed by {best - TARGET_S:.1f} s ({best / TARGET_S:.1f}x)"
     notes = [f"All times in seconds from the first send of the visit. {args.alerts} simulated Rubin alerts "
              f"({'with' if args.stamps else 'without'} cutouts), sent pre-serialized by {args.producers} process(es).",
-             f"Last delivery: the newest Kafka append time on the {rows[0]['brokers']} broker topics; target "
-             f"<= {TARGET_S:.0f} s: {verdict}.",
+             f"Whole visit filtered + delivered: the last batch's Kafka write acknowledged, so every alert of the "
+             f"visit was evaluated and its matches sent; target <= {TARGET_S:.0f} s: {verdict}. Last broker-topic "
+             f"append: the newest message on the {rows[0]['brokers']} broker topics, which fill up to their cap "
+             f"(max_alerts_per_visit, 20) early in the visit.",
              "filter+deliver: summed batch time up to the Kafka write's acknowledgement; archive: summed time "
              "after it (Delta alerts, cutouts, matches, metrics), which delays the next batch.",
              "DMTN-028 reference: 14.55 s to distribute a visit (3.75 s producing + 10.8 s consuming) on 13 AWS "
@@ -140,7 +145,7 @@ def _plot(result: dict):
                   edgecolor="white", label="filter + deliver" if index == 0 else None)
         axis.barh(0, batch["finished"] - batch["delivered"], left=batch["delivered"], color="tab:orange",
                   edgecolor="white", label="archive (Delta)" if index == 0 else None)
-    axis.axvline(result["last_delivery_s"], color="black", linestyle="--", label="last delivery")
+    axis.axvline(result["last_delivery_s"], color="black", linestyle="--", label="visit filtered + delivered")
     axis.axvline(TARGET_S, color="tab:red", linestyle=":", label=f"target {TARGET_S:.0f} s")
     axis.set_yticks([0, 1, 2], ["archive", "batches", "producers"])
     axis.set_xlabel("seconds from the first send")

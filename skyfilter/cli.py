@@ -132,6 +132,7 @@ BENCHMARKS = {
     "side-by-side": ("bench.side_by_side", "raw consume, per-filter processes and skyfilter on one topic"),
     "producer": ("bench.producer_rate", "alerts/s of one Python producer, simulated and real alerts"),
     "catch-up": ("bench.catch_up", "a night's backlog caught up in bounded batches"),
+    "stages": ("bench.stages", "each stage of the hot path (read, decode, archive, sink) timed alone"),
 }
 
 

@@ -15,6 +15,7 @@ from bench.filter_scaling import main as filter_scaling
 from bench.grid import main as grid
 from bench.producer_rate import main as producer_rate
 from bench.side_by_side import main as side_by_side
+from bench.stages import main as stages
 from bench.sustained import main as sustained
 from bench.trigger_sweep import main as trigger_sweep
 from bench.visit_burst import main as visit_burst
@@ -59,7 +60,7 @@ def test_visit_burst_times_one_visit_to_its_last_delivery(kafka_cfg, spark, tmp_
     [row] = result["results"]
     assert row["alerts"] == 30 and row["brokers"] == 2 and row["batches"] >= 1
     assert 0 < row["produce_s"] <= row["last_delivery_s"] <= row["archived_s"]
-    assert row["first_batch_s"] < row["last_delivery_s"]
+    assert row["first_batch_s"] < row["last_delivery_s"] and 0 < row["last_append_s"] <= row["last_delivery_s"] + 0.1
 
 
 def test_trigger_sweep_reports_latency_per_trigger(kafka_cfg, spark, tmp_path, capsys):
@@ -117,3 +118,22 @@ def test_catch_up_runs_on_a_tiny_backlog(kafka_cfg, tmp_path, capsys):
     [row] = result["results"]
     assert row["alerts"] == 40 and row["batches"] >= 3 and row["largest_batch"] <= 15  # bounded batches
     assert row["stream_peak_mb"] > 100 and row["catch_up_s"] > 0
+
+
+def test_stages_times_each_part_of_the_hot_path(kafka_cfg, spark, tmp_path, capsys):
+    result = _run(stages, "stages", ["--alerts", "20", "--repeats", "1", "--no-stamps"], kafka_cfg, tmp_path, capsys)
+    assert len(result["results"]) == 5 and all(r["best_s"] > 0 for r in result["results"])
+
+
+def test_readme_tables_are_refreshed_from_the_results(tmp_path):
+    from bench.report import update_readme
+
+    (tmp_path / "demo.md").write_text("## Title\n\n| a |\n|---|\n| 1 |\n\nMachine: 2 cores.\n\n"
+                                      "Command: `x`\n\nPeak memory (RSS): driver 5 MB.\n\n* a note\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- bench:demo -->\nold\n<!-- /bench:demo -->\n<!-- bench:gone -->\nkeep\n"
+                      "<!-- /bench:gone -->\nend\n")
+    assert update_readme(readme, tmp_path) == ["demo"]
+    assert readme.read_text() == ("intro\n<!-- bench:demo -->\n| a |\n|---|\n| 1 |\n\nMachine: 2 cores.\n\n"
+                                  "Command: `x`\n\nPeak memory (RSS): driver 5 MB.\n<!-- /bench:demo -->\n"
+                                  "<!-- bench:gone -->\nkeep\n<!-- /bench:gone -->\nend\n")

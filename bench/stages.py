@@ -1,0 +1,124 @@
+"""Where a batch's time goes: each stage of the stream's hot path timed alone, in Spark, on the same alerts.
+
+    python -m bench.stages [--alerts 2000] [--repeats 3]
+
+One topic of simulated Rubin alerts, then Spark batch jobs over it (best of
+``--repeats``), each adding one stage to the one before:
+
+1. Kafka read (Spark's Kafka source, 64 KB socket buffer, Kafka's default);
+2. Kafka read with the OS-sized buffer (``stream.source_options``, the default);
+3. + decode: ``from_avro`` of every alert (cutouts included);
+4. + archive: the decoded alerts written as a Delta table;
+5. Kafka sink: the same messages written to a topic by Spark (acks=all, idempotent).
+
+The differences between rows are the stages' costs.  Writes ``stages.{json,csv,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from bench.harness import add_common_arguments, runs_table, settings_of
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.stages",
+                                     description="Each stage of the stream's hot path timed alone in Spark.")
+    parser.add_argument("--alerts", type=int, default=2000, help="alerts in the topic (default 2000)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per stage; the best counts (default 3)")
+    add_common_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict[str, Path]:
+    """Run the benchmark; returns the result files."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    from bench.alert_cache import CachedSource, cached_visits
+    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
+    from bench.report import write_results
+    from pipelines.session import get_spark
+    from producers.command import send_source
+    from skyfilter.avro_schemas import rubin_schema
+    from skyfilter.kafka_clients import spark_kafka_options, spark_sink_options
+    from skyfilter.memory import RssSampler
+    from skyfilter.wire import HEADER_SIZE
+
+    run_id = time.strftime("%Y%m%d%H%M%S")
+    topic = f"bench.stages.{run_id}"
+    with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
+        schema = rubin_schema(str(cfg.get("simulation.schema_version")))
+        cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
+        report = send_source(cfg, topic, CachedSource(cached), schema, 0.0, 2, not args.quiet, lambda line: None)
+        spark = get_spark("skyfilter-bench-stages")
+        scratch = args.state_dir / f"stages_{run_id}"
+        configured = {k: str(v) for k, v in (cfg.get("stream.source_options", {}) or {}).items()}
+
+        def source(options: dict):
+            return (spark.read.format("kafka").options(**spark_kafka_options(cfg)).option("subscribe", topic)
+                    .option("kafka.max.partition.fetch.bytes", str(int(cfg.get("kafka.max_message_bytes"))))
+                    .options(**options).load())
+
+        def decoded():
+            body = F.expr(f"substring(value, {HEADER_SIZE + 1})")
+            return source(configured).select(from_avro(body, json.dumps(schema)).alias("alert")).select("alert.*")
+
+        def archive():
+            shutil.rmtree(scratch, ignore_errors=True)
+            decoded().write.format("delta").save(str(scratch))
+
+        def sink():
+            (source(configured).select("key", "value").write.format("kafka").options(**spark_sink_options(cfg))
+             .option("topic", f"{topic}.copy").save())
+
+        stages = [("Kafka read, 64 KB socket buffer", lambda: source({"kafka.receive.buffer.bytes": "65536"}).count()),
+                  ("Kafka read, configured buffer", lambda: source(configured).count()),
+                  ("+ from_avro decode", lambda: decoded().agg(F.count("diaSource.snr")).collect()),
+                  ("+ Delta archive write", archive),
+                  ("Kafka read + Kafka sink write", sink)]
+        rows = []
+        with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}) as memory:
+            for label, action in stages:
+                times = []
+                for _ in range(args.repeats):
+                    began = time.time()
+                    action()
+                    times.append(time.time() - began)
+                best = min(times)
+                rows.append({"stage": label, "best_s": round(best, 2), "alerts_per_s": round(args.alerts / best),
+                             "mb_per_s": round(report.bytes / 1e6 / best)})
+        shutil.rmtree(scratch, ignore_errors=True)
+    notes = [f"{report.alerts} simulated Rubin alerts ({'with' if args.stamps else 'without'} cutouts, "
+             f"{report.bytes / 1e6:,.0f} MB), best of {args.repeats}; Spark local[2]. Each row is one Spark job "
+             "(job scheduling included), so the differences between rows are the stages' costs."]
+    columns = [("stage", "stage"), ("best_s", "s"), ("alerts_per_s", "alerts/s"), ("mb_per_s", "MB/s")]
+    return write_results(args.results, "stages", "Where the time goes: the hot path's stages in Spark", rows,
+                         columns, notes, settings_of(args), args.command, _plot(rows),
+                         {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
+
+
+def _plot(rows: list[dict]):
+    from bench.report import pyplot
+
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(7, 3.2))
+    axis.barh([r["stage"] for r in rows][::-1], [r["best_s"] for r in rows][::-1], color="tab:blue")
+    axis.set_xlabel("seconds for the whole topic")
+    axis.set_title("Stages of the hot path")
+    return figure
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.harness import bench_main
+
+    return bench_main("bench.stages", parse_args, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
