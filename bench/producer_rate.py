@@ -139,7 +139,8 @@ def _plot(rows: list[dict]):
 
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 3.5))
-    labels = [f"{r['alerts'].split(' (')[0]}\n{r['mode'].split(':')[0]}" for r in rows]
+    labels = [f"{r['alerts'].split(' (')[0]}\n{'fresh' if r['mode'].startswith('fresh') else 'pre-serialized'}"
+              for r in rows]
     axis.bar(labels, [r["alerts_per_s"] for r in rows], color="tab:blue")
     axis.axhline(DMTN_028_RATE, color="tab:red", linestyle=":", label="DMTN-028 (~300/s)")
     axis.set_ylabel("alerts / s, one process")

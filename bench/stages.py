@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from skyfilter.avro_schemas import rubin_schema
     from skyfilter.kafka_clients import spark_kafka_options, spark_sink_options
     from skyfilter.memory import RssSampler
+    from skyfilter.topics import ensure_topics
     from skyfilter.wire import HEADER_SIZE
 
     run_id = time.strftime("%Y%m%d%H%M%S")
@@ -72,6 +73,8 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         def archive():
             shutil.rmtree(scratch, ignore_errors=True)
             decoded().write.format("delta").save(str(scratch))
+
+        ensure_topics(cfg, {f"{topic}.copy": int(cfg.get("topics.alerts_partitions"))})
 
         def sink():
             (source(configured).select("key", "value").write.format("kafka").options(**spark_sink_options(cfg))

@@ -150,7 +150,7 @@ def _plot(result: dict):
     axis.set_yticks([0, 1, 2], ["archive", "batches", "producers"])
     axis.set_xlabel("seconds from the first send")
     axis.set_title(f"One visit of {result['alerts']} alerts, {result['filters']} filters")
-    axis.legend(fontsize="small", loc="lower right")
+    axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
     return figure
 
 

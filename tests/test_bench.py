@@ -44,14 +44,13 @@ def _recorded_runs(spark, tmp_path: Path) -> list:
 
 def test_filter_scaling_runs_on_a_tiny_night(kafka_cfg, spark, tmp_path, capsys):
     result = _run(filter_scaling, "filter_scaling",
-                  ["--alerts", "40", "--alerts-per-visit", "20", "--filters", "1,3", "--kinds", "sql,python",
+                  ["--alerts", "40", "--alerts-per-visit", "20", "--filters", "2", "--kinds", "sql,python",
                    "--brokers", "2", "--repeats", "1", "--no-stamps", "--max-offsets", "20"], kafka_cfg, tmp_path,
                   capsys)
-    assert [(r["kind"], r["filters"], r["alerts"]) for r in result["results"]] == [
-        ("sql", 1, 40), ("sql", 3, 40), ("python", 1, 40), ("python", 3, 40)]
+    assert [(r["kind"], r["filters"], r["alerts"]) for r in result["results"]] == [("sql", 2, 40), ("python", 2, 40)]
     assert all(r["batches"] >= 2 and r["alerts_per_s"] > 0 for r in result["results"])
     [row] = _recorded_runs(spark, tmp_path)
-    assert row.benchmark == "filter_scaling" and len(json.loads(row.results)) == 4 and row.peak_rss_mb["driver"] > 0
+    assert row.benchmark == "filter_scaling" and len(json.loads(row.results)) == 2 and row.peak_rss_mb["driver"] > 0
 
 
 def test_visit_burst_times_one_visit_to_its_last_delivery(kafka_cfg, spark, tmp_path, capsys):
@@ -65,9 +64,9 @@ def test_visit_burst_times_one_visit_to_its_last_delivery(kafka_cfg, spark, tmp_
 
 def test_trigger_sweep_reports_latency_per_trigger(kafka_cfg, spark, tmp_path, capsys):
     result = _run(trigger_sweep, "trigger_sweep",
-                  ["--triggers", "0,2", "--visits", "2", "--alerts-per-visit", "10", "--visit-seconds", "1",
+                  ["--triggers", "1", "--visits", "2", "--alerts-per-visit", "10", "--visit-seconds", "1",
                    "--filters", "2", "--brokers", "2", "--producers", "1", "--no-stamps"], kafka_cfg, tmp_path, capsys)
-    assert [r["trigger_s"] for r in result["results"]] == [0.0, 2.0]
+    assert [r["trigger_s"] for r in result["results"]] == [1.0]
     for row in result["results"]:
         assert row["alerts"] == 20 and 0 < row["p50_s"] <= row["p95_s"] <= row["p99_s"] <= row["max_s"]
         assert row["alerts_per_s"] > 0
@@ -75,21 +74,20 @@ def test_trigger_sweep_reports_latency_per_trigger(kafka_cfg, spark, tmp_path, c
 
 def test_sustained_follows_lag_and_memory(kafka_cfg, spark, tmp_path, capsys):
     result = _run(sustained, "sustained",
-                  ["--minutes", "0.1", "--visit-seconds", "2", "--alerts-per-visit", "10", "--stretch", "20",
-                   "--stretch-minutes", "0.07", "--filters", "2", "--brokers", "2", "--producers", "1",
-                   "--cached-visits", "2", "--no-stamps"], kafka_cfg, tmp_path, capsys)
-    main, stretch = result["results"]
+                  ["--minutes", "0.05", "--visit-seconds", "1", "--alerts-per-visit", "10", "--filters", "2",
+                   "--brokers", "2", "--producers", "1", "--cached-visits", "2", "--no-stamps"],
+                  kafka_cfg, tmp_path, capsys)
+    [main] = result["results"]
     assert (main["alerts_per_visit"], main["visits"], main["alerts"]) == (10, 3, 30)
-    assert (stretch["alerts_per_visit"], stretch["alerts"]) == (20, 40)
     assert main["max_lag"] >= 10 and main["driver_peak_mb"] > 100 and isinstance(main["kept_up"], bool)
 
 
 def test_grid_times_producing_and_consuming_per_cell(kafka_cfg, spark, tmp_path, capsys):
-    result = _run(grid, "grid", ["--producers", "1,2", "--partitions", "1,2", "--stamp-modes", "off",
+    result = _run(grid, "grid", ["--producers", "1,2", "--partitions", "2", "--stamp-modes", "off",
                                  "--alerts-per-visit", "20", "--visits", "2", "--no-producer-variants"],
                   kafka_cfg, tmp_path, capsys)
     cells = [(r["producers"], r["partitions"]) for r in result["results"]]
-    assert cells == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert cells == [(1, 2), (2, 2)]
     for row in result["results"]:
         assert 0 < row["produce_min_s"] <= row["produce_mean_s"] <= row["produce_max_s"]
         assert 0 < row["consume_min_s"] <= row["consume_mean_s"] <= row["consume_max_s"]
