@@ -22,17 +22,18 @@ NIGHT = "2026-11-21"
 
 
 def cached_visits(cache_dir: Path, schema: dict, visits: int, alerts_per_visit: int, stamps: bool,
-                  seed: int = 7, progress: bool = True) -> Path:
-    """The cache file of these visits, written first if it does not exist yet."""
+                  seed: int = 7, progress: bool = True, night: str = NIGHT) -> Path:
+    """The cache file of these visits (of ``night``: its visit and alert ids), written first if need be."""
     from tqdm import tqdm
 
     from producers.sources import SimulatedSource
 
-    path = cache_dir / f"visits_{visits}x{alerts_per_visit}_{'stamps' if stamps else 'nostamps'}_seed{seed}.bin"
+    path = cache_dir / (f"visits_{visits}x{alerts_per_visit}_{'stamps' if stamps else 'nostamps'}_seed{seed}"
+                        f"{'' if night == NIGHT else '_' + night}.bin")
     if path.exists():
         return path
     cache_dir.mkdir(parents=True, exist_ok=True)
-    source = SimulatedSource(schema, 0, NIGHT, visits, alerts_per_visit, seed=seed, stamps=stamps)
+    source = SimulatedSource(schema, 0, night, visits, alerts_per_visit, seed=seed, stamps=stamps)
     partial = path.with_suffix(".partial")
     with partial.open("wb") as out, tqdm(total=visits * alerts_per_visit, unit="alert", disable=not progress,
                                          desc="simulating alerts for the cache") as bar:

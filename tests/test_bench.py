@@ -54,7 +54,7 @@ def test_filter_scaling_runs_on_a_tiny_night(kafka_cfg, spark, tmp_path, capsys)
 
 
 def test_visit_burst_times_one_visit_to_its_last_delivery(kafka_cfg, spark, tmp_path, capsys):
-    result = _run(visit_burst, "visit_burst", ["--alerts", "30", "--filters", "3", "--brokers", "2",
+    result = _run(visit_burst, "visit_burst", ["--alerts", "30", "--warm-up", "10", "--filters", "3", "--brokers", "2",
                                                "--producers", "2", "--no-stamps"], kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
     assert row["alerts"] == 30 and row["brokers"] == 2 and row["batches"] >= 1
