@@ -136,3 +136,12 @@ def test_readme_tables_are_refreshed_from_the_results(tmp_path):
     assert readme.read_text() == ("intro\n<!-- bench:demo -->\n| a |\n|---|\n| 1 |\n\nMachine: 2 cores.\n\n"
                                   "Command: `x`\n\nPeak memory (RSS): driver 5 MB.\n<!-- /bench:demo -->\n"
                                   "<!-- bench:gone -->\nkeep\n<!-- /bench:gone -->\nend\n")
+
+
+def test_lag_growth_is_flat_when_kept_up_and_the_deficit_when_not():
+    from bench.sustained import lag_growth
+
+    steady = [{"t": t, "lag": 100 if t % 2 else 0} for t in range(0, 41)]
+    behind = [{"t": t, "lag": 30 * t} for t in range(0, 41)]
+    assert abs(lag_growth(steady, 40)) < 1.0
+    assert lag_growth(behind, 40) == 30.0
