@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from producers.command import send_source
     from producers.sources import SimulatedSource
     from skyfilter.avro_schemas import rubin_schema
-    from skyfilter.memory import RssSampler
+    from skyfilter.memory import RssSampler, own_rss_mb
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     rows = []
@@ -123,15 +123,9 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     columns = [("alerts", "alerts"), ("mode", "mode"), ("sent", "sent"), ("kb_per_alert", "KB/alert"),
                ("seconds", "s"), ("alerts_per_s", "alerts/s"), ("mb_per_s", "MB/s"),
                ("x_dmtn_028", "x DMTN-028"), ("failed", "failed")]
-    peaks = {"producer (this process)": _own_peak_mb(), "kafka": memory.peak("kafka")}
+    peaks = {"producer (this process)": own_rss_mb(), "kafka": memory.peak("kafka")}
     return write_results(args.results, "producer_rate", "Producer: alerts/s per Python process", rows, columns,
                          notes, settings_of(args), args.command, _plot(rows), peaks, runs_table(args))
-
-
-def _own_peak_mb() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _plot(rows: list[dict]):

@@ -26,7 +26,7 @@ from skyfilter.config import Config
 from skyfilter.delivery import percentile, read_topic
 from skyfilter.errors import SkyfilterError
 from skyfilter.kafka_local import LocalKafka, wait_for_exit
-from skyfilter.memory import RssSampler
+from skyfilter.memory import RssSampler, own_rss_mb
 from skyfilter.registry import open_registry, subject_for
 
 STREAM_SCRIPT = Path(__file__).resolve().parents[1] / "pipelines" / "filter_stream.py"
@@ -86,8 +86,7 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
 
         print(f"3/4 producing {args.visits} visits x {args.alerts_per_visit} alerts with cutouts, "
               f"one visit every {args.interval_s:g} s ...", flush=True)
-        memory = RssSampler({"stream": lambda: stream.pid, "Kafka": lambda: kafka.nodes[0].pid(),
-                             "all": os.getpid}, interval_s=1.0)
+        memory = RssSampler({"stream": lambda: stream.pid, "Kafka": lambda: kafka.nodes[0].pid()}, interval_s=1.0)
         with memory:
             report = produce(cfg, ProduceOptions(visits=args.visits, alerts_per_visit=args.alerts_per_visit,
                                                  interval_s=args.interval_s, stamps=True, progress=False),
@@ -100,7 +99,7 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
         time.sleep(0.5)  # let the stdout thread print the job's own summary
         _print_summary(cfg, bootstrap, report.alerts, stream_lines, time.time() - began)
         print(f"peak memory (RSS): stream job {memory.peak('stream'):,.0f} MB, Kafka {memory.peak('Kafka'):,.0f} MB, "
-              f"everything (with this producer) {memory.peak('all'):,.0f} MB")
+              f"both at once {memory.peak_total():,.0f} MB (and this producer {own_rss_mb():,.0f} MB)")
         return 0
     finally:
         if stream is not None and stream.poll() is None:

@@ -8,6 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def own_rss_mb() -> float:
+    """Peak resident memory of this process alone (MB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def process_tree_rss_mb(pid: int) -> float:
     """Resident memory of a process and all its descendants (MB); 0 once it is gone."""
     children: dict[int, list[int]] = {}
@@ -62,3 +69,7 @@ class RssSampler:
     def peak(self, name: str) -> float:
         """The highest RSS seen for ``name`` (MB)."""
         return max((reading[name] for _, reading in self.samples), default=0.0)
+
+    def peak_total(self) -> float:
+        """The highest sum of all the named trees within one sample (MB)."""
+        return max((sum(reading.values()) for _, reading in self.samples), default=0.0)
