@@ -45,14 +45,32 @@ def kafka_pid(cluster) -> Callable[[], int | None]:
     return (lambda: cluster.nodes[0].pid()) if cluster is not None else (lambda: None)
 
 
+# What a run leaves in its state folder besides the cache and bench_runs; removed when the next run starts.
+RUN_STATE = ("kafka", "delta", "checkpoints", "filter_sets", "run")
+
+
 @contextmanager
 def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g") -> Iterator:
-    """A config whose Kafka is ``bootstrap``, or a local single node started (and stopped) for the run."""
+    """A config whose Kafka is ``bootstrap``, or a fresh local single node started (and stopped) for the run.
+
+    The previous run's Kafka data, tables and checkpoints are removed first (a
+    full-size run leaves tens of GB); its results live on in the results folder
+    and the ``bench_runs`` table, and the cached visits are kept.
+    """
+    import shutil
+
     from skyfilter.config import Config
+    from skyfilter.errors import SkyfilterError
     from skyfilter.kafka_local import LocalKafka, free_port_pair
 
     cfg = Config.load()
+    if state_dir.resolve() == cfg.state_dir.resolve():
+        raise SkyfilterError(f"--state-dir {state_dir} is the project's own state folder; benchmarks clear "
+                             f"their state folder between runs, so give them another one")
     cfg.set("state_dir", str(state_dir))
+    LocalKafka(cfg).stop()
+    for name in RUN_STATE:
+        shutil.rmtree(state_dir / name, ignore_errors=True)
     if bootstrap:
         cfg.set("kafka.bootstrap_servers", bootstrap)
         yield cfg, None
