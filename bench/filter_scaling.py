@@ -62,13 +62,12 @@ def measure(spark, metrics_path: Path) -> dict:
 
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
-    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, driver_and_kafka
     from bench.report import write_results
     from pipelines.filter_stream import parse_args as stream_args
     from pipelines.filter_stream import run as run_stream
     from pipelines.session import get_spark
     from producers.command import ProduceOptions, produce
-    from skyfilter.memory import RssSampler
 
     counts = sorted({int(c) for c in args.filters.split(",")})
     kinds = [k.strip() for k in args.kinds.split(",")]
@@ -80,7 +79,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                                              interval_s=0.0, stamps=args.stamps, seed=3, progress=not args.quiet),
                          log=lambda line: None)
         spark = get_spark("skyfilter-bench-filter-scaling")
-        with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}) as memory:
+        with driver_and_kafka(spark, cluster) as memory:
             results: dict[tuple[str, int], list[dict]] = {(kind, count): [] for kind in kinds for count in counts}
             runs = [(repeat, kind, count) for repeat in range(args.repeats) for kind in kinds for count in counts]
             bar = tqdm(runs, desc="stream runs", unit="run", disable=args.quiet)
@@ -111,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                ("deliver_ratio", "x 1 filter")]
     return write_results(args.results, "filter_scaling", "Filter scaling: SQL and Python filters", rows, columns,
                          notes, settings_of(args), args.command, _plot(rows),
-                         {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
+                         memory.peaks(), runs_table(args))
 
 
 def _rows(results: dict[tuple[str, int], list[dict]], kind: str, counts: list[int],

@@ -40,6 +40,13 @@ def spark_driver_pid(spark) -> int | None:
     return process.pid if process is not None else None
 
 
+def driver_and_kafka(spark, cluster, interval_s: float = 0.5):
+    """A memory sampler of the benchmark's Spark driver tree and of its own Kafka node (0 for another Kafka)."""
+    from skyfilter.memory import RssSampler
+
+    return RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}, interval_s)
+
+
 def kafka_pid(cluster) -> Callable[[], int | None]:
     """A callable giving the pid of the benchmark's own Kafka node (None when it uses another Kafka)."""
     return (lambda: cluster.nodes[0].pid()) if cluster is not None else (lambda: None)

@@ -44,14 +44,13 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.consumers import run_consumers
     from bench.filter_scaling import measure
     from bench.filter_sets import write_filter_set
-    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, driver_and_kafka
     from bench.report import write_results
     from pipelines.filter_stream import parse_args as stream_args
     from pipelines.filter_stream import run as run_stream
     from pipelines.session import get_spark
     from producers.command import send_source
     from skyfilter.avro_schemas import rubin_schema
-    from skyfilter.memory import RssSampler
     from skyfilter.topics import topic_partitions
 
     run_id = time.strftime("%Y%m%d%H%M%S")
@@ -63,7 +62,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         partitions = list(range(topic_partitions(cfg, topic)))
         split = [(partitions[i::args.consumers], None) for i in range(min(args.consumers, len(partitions)))]
         spark = get_spark("skyfilter-bench-side-by-side")
-        with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}) as memory:
+        with driver_and_kafka(spark, cluster) as memory:
             rows = [{"design": "raw consume (confluent-kafka)", **run_consumers(cfg, topic, split, None)},
                     {"design": "raw consume + fastavro decode", **run_consumers(cfg, topic, split, schema)},
                     {"design": f"one Python process per filter ({args.filters})",
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                ("seconds", "wall s"), ("alerts_per_s", "alerts/s"), ("x_raw", "x raw consume")]
     return write_results(args.results, "side_by_side", "Side by side: the consume limit, per-filter processes, "
                          "skyfilter", rows, columns, notes, settings_of(args), args.command, _plot(rows),
-                         {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
+                         memory.peaks(), runs_table(args))
 
 
 def _plot(rows: list[dict]):

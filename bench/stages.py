@@ -41,13 +41,12 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from pyspark.sql.avro.functions import from_avro
 
     from bench.alert_cache import CachedSource, cached_visits
-    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, driver_and_kafka
     from bench.report import write_results
     from pipelines.session import get_spark
     from producers.command import send_source
     from skyfilter.avro_schemas import rubin_schema
-    from skyfilter.kafka_clients import spark_kafka_options, spark_sink_options
-    from skyfilter.memory import RssSampler
+    from skyfilter.kafka_clients import spark_sink_options, spark_source_options
     from skyfilter.topics import ensure_topics
     from skyfilter.wire import HEADER_SIZE
 
@@ -59,16 +58,13 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         report = send_source(cfg, topic, CachedSource(cached), schema, 0.0, 2, not args.quiet, lambda line: None)
         spark = get_spark("skyfilter-bench-stages")
         scratch = args.state_dir / f"stages_{run_id}"
-        configured = {k: str(v) for k, v in (cfg.get("stream.source_options", {}) or {}).items()}
-
-        def source(options: dict):
-            return (spark.read.format("kafka").options(**spark_kafka_options(cfg)).option("subscribe", topic)
-                    .option("kafka.max.partition.fetch.bytes", str(int(cfg.get("kafka.max_message_bytes"))))
-                    .options(**options).load())
+        def source(options: dict | None = None):
+            return (spark.read.format("kafka").options(**spark_source_options(cfg)).option("subscribe", topic)
+                    .options(**(options or {})).load())
 
         def decoded():
             body = F.expr(f"substring(value, {HEADER_SIZE + 1})")
-            return source(configured).select(from_avro(body, json.dumps(schema)).alias("alert")).select("alert.*")
+            return source().select(from_avro(body, json.dumps(schema)).alias("alert")).select("alert.*")
 
         def archive():
             shutil.rmtree(scratch, ignore_errors=True)
@@ -77,16 +73,16 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         ensure_topics(cfg, {f"{topic}.copy": int(cfg.get("topics.alerts_partitions"))})
 
         def sink():
-            (source(configured).select("key", "value").write.format("kafka").options(**spark_sink_options(cfg))
+            (source().select("key", "value").write.format("kafka").options(**spark_sink_options(cfg))
              .option("topic", f"{topic}.copy").save())
 
         stages = [("Kafka read, 64 KB socket buffer", lambda: source({"kafka.receive.buffer.bytes": "65536"}).count()),
-                  ("Kafka read, configured buffer", lambda: source(configured).count()),
+                  ("Kafka read, configured buffer", lambda: source().count()),
                   ("+ from_avro decode", lambda: decoded().agg(F.count("diaSource.snr")).collect()),
                   ("+ Delta archive write", archive),
                   ("Kafka read + Kafka sink write", sink)]
         rows = []
-        with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}) as memory:
+        with driver_and_kafka(spark, cluster) as memory:
             for label, action in stages:
                 times = []
                 for _ in range(args.repeats):
@@ -103,7 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     columns = [("stage", "stage"), ("best_s", "s"), ("alerts_per_s", "alerts/s"), ("mb_per_s", "MB/s")]
     return write_results(args.results, "stages", "Where the time goes: the hot path's stages in Spark", rows,
                          columns, notes, settings_of(args), args.command, _plot(rows),
-                         {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
+                         memory.peaks(), runs_table(args))
 
 
 def _plot(rows: list[dict]):

@@ -84,12 +84,13 @@ def night(cfg, spark, args, schema: dict, alerts_per_visit: int, minutes: float,
     timeline = _lag_timeline(report.visits, batches, began)
     last_sent = max(v.finish for v in report.visits)
     drain = max(b.delivered_at.timestamp() for b in batches) - last_sent
+    growth = lag_growth(timeline, last_sent - began)
     samples = [(t, r) for t, r in memory.samples if began - memory.began <= t]
     return {"run": label, "alerts_per_visit": alerts_per_visit, "visit_s": round(interval, 2), "visits": visits,
             "alerts": report.alerts, "offered_per_s": round(per_visit / interval, 1),
             "sustained_per_s": round(float(row["alerts_per_s"]), 1), "max_lag": max(p["lag"] for p in timeline),
-            "drain_s": round(drain, 1), "lag_growth_per_s": round(lag_growth(timeline, last_sent - began), 1),
-            "kept_up": lag_growth(timeline, last_sent - began) <= 0.05 * per_visit / interval,
+            "drain_s": round(drain, 1), "lag_growth_per_s": round(growth, 1),
+            "kept_up": growth <= 0.05 * per_visit / interval,
             "p50_s": round(row["p50_ms"] / 1000, 2), "p99_s": round(row["p99_ms"] / 1000, 2),
             "driver_peak_mb": round(max((r["driver"] for _, r in samples), default=0)),
             "kafka_peak_mb": round(max((r["kafka"] for _, r in samples), default=0)),
@@ -127,17 +128,16 @@ def _lag_timeline(visits, batches, began: float) -> list[dict]:
 
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
-    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, driver_and_kafka
     from bench.report import write_results
     from pipelines.session import get_spark
     from skyfilter.avro_schemas import rubin_schema
-    from skyfilter.memory import RssSampler
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
         schema = rubin_schema(str(cfg.get("simulation.schema_version")))
         spark = get_spark("skyfilter-bench-sustained")
-        with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}, 1.0) as memory:
+        with driver_and_kafka(spark, cluster, 1.0) as memory:
             runs = [night(cfg, spark, args, schema, args.alerts_per_visit, args.minutes, "main", run_id, memory)]
             for size in [int(v) for v in args.stretch.split(",") if v.strip()]:
                 runs.append(night(cfg, spark, args, schema, size, args.stretch_minutes, f"stretch{size}", run_id,
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                                                           "goal 100,000).")]
     return write_results(args.results, "sustained", "Sustained rate: lag and memory over a night", rows, columns,
                          notes, settings_of(args), args.command, _plot(runs),
-                         {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
+                         memory.peaks(), runs_table(args))
 
 
 def _plot(runs: list[dict]):

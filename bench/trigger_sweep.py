@@ -80,11 +80,10 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.alert_cache import cached_visits
-    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, driver_and_kafka
     from bench.report import write_results
     from pipelines.session import get_spark
     from skyfilter.avro_schemas import rubin_schema
-    from skyfilter.memory import RssSampler
 
     triggers = [t.strip() for t in args.triggers.split(",")]
     run_id = time.strftime("%Y%m%d%H%M%S")
@@ -93,7 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         cached = cached_visits(args.state_dir / "cache", schema, args.visits, args.alerts_per_visit, args.stamps,
                                progress=not args.quiet)
         spark = get_spark("skyfilter-bench-trigger-sweep")
-        with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}) as memory:
+        with driver_and_kafka(spark, cluster) as memory:
             if args.warm_up:
                 sweep_one(cfg, spark, args, cached, schema, triggers[0], f"{run_id}_warmup", visits=1)
             rows = [sweep_one(cfg, spark, args, cached, schema, trigger, run_id) for trigger in triggers]
@@ -117,7 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                                            f"{asap['offered_per_s']:.0f} alerts/s offered)."))
     return write_results(args.results, "trigger_sweep", "Trigger sweep: latency and throughput per trigger interval",
                          rows, columns, notes, settings_of(args), args.command, _plot(rows),
-                         {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
+                         memory.peaks(), runs_table(args))
 
 
 def _plot(rows: list[dict]):

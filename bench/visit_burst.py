@@ -106,18 +106,17 @@ def _batches(spark, metrics: Path) -> list[dict]:
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.alert_cache import cached_visits
-    from bench.harness import bench_kafka, kafka_pid, spark_driver_pid
+    from bench.harness import bench_kafka, driver_and_kafka
     from bench.report import write_results
     from pipelines.session import get_spark
     from skyfilter.avro_schemas import rubin_schema
-    from skyfilter.memory import RssSampler
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
         schema = rubin_schema(str(cfg.get("simulation.schema_version")))
         cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
         spark = get_spark("skyfilter-bench-visit-burst")
-        with RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}) as memory:
+        with driver_and_kafka(spark, cluster) as memory:
             runs = [burst(cfg, spark, args, cached, schema, run_id, repeat) for repeat in range(args.repeats)]
     columns = [("alerts", "alerts"), ("megabytes", "MB"), ("producers", "producers"), ("filters", "filters"),
                ("brokers", "broker topics"), ("batches", "batches"), ("produce_s", "producing s"),
@@ -142,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
              "16.5 s mean."]
     return write_results(args.results, "visit_burst", "Visit burst: a 10,000-alert visit through 100 filters",
                          rows, columns, notes, settings_of(args), args.command, _plot(runs[-1]),
-                         {"driver": memory.peak("driver"), "kafka": memory.peak("kafka")}, runs_table(args))
+                         memory.peaks(), runs_table(args))
 
 
 def _plot(result: dict):

@@ -30,7 +30,7 @@ from pipelines.session import get_spark  # noqa: E402
 from pipelines.stream_plan import StreamPlan, build_plan, wait_for_schema  # noqa: E402
 from skyfilter.config import Config  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
-from skyfilter.kafka_clients import act_as, spark_kafka_options, spark_sink_options  # noqa: E402
+from skyfilter.kafka_clients import act_as, spark_sink_options, spark_source_options  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -108,12 +108,10 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     processor = BatchProcessor(spark, plan, label, spark_sink_options(cfg), log, quarantine, reloader)
     processor.warm_up()
     source = (spark.readStream.format("kafka")
-              .options(**spark_kafka_options(cfg))
+              .options(**spark_source_options(cfg))
               .option("subscribe", topic)
               .option("startingOffsets", str(cfg.get("stream.starting_offsets")))
               .option("maxOffsetsPerTrigger", int(cfg.get("stream.max_offsets_per_trigger")))
-              .option("kafka.max.partition.fetch.bytes", str(int(cfg.get("kafka.max_message_bytes"))))
-              .options(**{key: str(value) for key, value in (cfg.get("stream.source_options", {}) or {}).items()})
               .load())
     query = (source.writeStream.queryName(f"filter_stream_{name}").foreachBatch(processor)
              .option("checkpointLocation", str(plan.checkpoint)).trigger(**trigger).start())

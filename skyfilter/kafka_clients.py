@@ -105,6 +105,13 @@ def spark_kafka_options(cfg: Config) -> dict[str, str]:
     return options
 
 
+def spark_source_options(cfg: Config) -> dict[str, str]:
+    """Options of the Spark Kafka source: the connection, messages up to the size limit, ``stream.source_options``."""
+    extra = cfg.get("stream.source_options", {}) or {}
+    return {**spark_kafka_options(cfg), "kafka.max.partition.fetch.bytes": str(int(cfg.get("kafka.max_message_bytes"))),
+            **{key: str(value) for key, value in extra.items()}}
+
+
 def spark_sink_options(cfg: Config) -> dict[str, str]:
     """Options of the Spark Kafka sink: acknowledged by every in-sync replica, idempotent retries."""
     return {**spark_kafka_options(cfg), "kafka.acks": "all", "kafka.enable.idempotence": "true",

@@ -70,6 +70,10 @@ class RssSampler:
         """The highest RSS seen for ``name`` (MB)."""
         return max((reading[name] for _, reading in self.samples), default=0.0)
 
+    def peaks(self) -> dict[str, float]:
+        """The highest RSS seen for every name (MB)."""
+        return {name: self.peak(name) for name in self.pids}
+
     def peak_total(self) -> float:
         """The highest sum of all the named trees within one sample (MB)."""
         return max((sum(reading.values()) for _, reading in self.samples), default=0.0)
