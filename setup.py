@@ -26,6 +26,7 @@ setup(
         "numpy==2.3.5",
         "pandas==2.3.3",
         "pyarrow==21.0.0",
+        "prometheus-client==0.26.0",
         "pyyaml==6.0.3",
         "tqdm==4.67.1",
     ],

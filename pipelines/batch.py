@@ -32,6 +32,7 @@ from pipelines.caps import VisitCaps
 from pipelines.decode import is_accepted
 from pipelines.fanout import MATCHES, deadletter_messages, evaluate, kafka_messages, match_rows
 from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, SAMPLE_SUFFIX, SECONDS_SUFFIX, filter_column
+from pipelines.monitoring import StreamMonitor
 from pipelines.nightly_topics import NightlyTopics
 from pipelines.quarantine import Quarantine
 from pipelines.reload import PlanReloader
@@ -57,7 +58,8 @@ class BatchProcessor:
     """The ``foreachBatch`` function of the stream job."""
 
     def __init__(self, spark: SparkSession, plan: StreamPlan, trigger: str, kafka_options: dict[str, str],
-                 log=print, quarantine: Quarantine | None = None, reloader: PlanReloader | None = None):
+                 log=print, quarantine: Quarantine | None = None, reloader: PlanReloader | None = None,
+                 monitor: StreamMonitor | None = None):
         self.spark = spark
         self.plan = plan
         self.trigger = trigger
@@ -68,6 +70,7 @@ class BatchProcessor:
         self.totals = StreamTotals()
         self.quarantine = quarantine
         self.reloader = reloader
+        self.monitor = monitor
         self.caps = VisitCaps(spark, plan.tables["broker_visits"], self.app_id)
         self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema) \
             if plan.cfg.get("stream.nightly_topics.enabled", False) else None
@@ -185,12 +188,21 @@ class BatchProcessor:
     def _record(self, batch_id: int, started: float, delivered: float, stats: dict) -> None:
         finished = time.time()
         p50, p95, p99 = stats["latency"]
+        quarantined = [s.name for s in self.quarantine.states.values() if s.state == "quarantined"] \
+            if self.quarantine is not None else []
+        figures = self.monitor.batch_figures(batch_id, started, finished, stats["input_alerts"], quarantined) \
+            if self.monitor is not None else {"input_rows_per_second": None, "processed_rows_per_second": None,
+                                              "kafka_lag": {}, "quarantined_filters": quarantined}
         row = (self.plan.name, self.run_id, batch_id, self.trigger, _ts(started), _ts(delivered), _ts(finished),
                stats["input_alerts"], stats["rejected"], stats["archived"], stats["matches"], stats["by_broker"],
                stats["by_filter"], stats["errors"], (delivered - started) * 1000, (finished - started) * 1000,
-               p50, p95, p99, stats["latency_max"])
+               p50, p95, p99, stats["latency_max"], figures["input_rows_per_second"],
+               figures["processed_rows_per_second"], figures["kafka_lag"], figures["quarantined_filters"])
         metrics = self.spark.createDataFrame([row], METRICS_SCHEMA)
-        append(metrics, self.plan.tables["metrics"], self.app_id, batch_id)
+        append(metrics, self.plan.tables["metrics"], self.app_id, batch_id, merge_schema=True)
+        if self.monitor is not None:
+            self.monitor.observe(batch_id, stats, figures, started, delivered, finished,
+                                 [f.name for f in self.plan.filters])
         totals = self.totals
         totals.batches += 1
         totals.input_alerts += stats["input_alerts"]

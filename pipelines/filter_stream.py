@@ -24,6 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 from pipelines.batch import BatchProcessor, StreamTotals  # noqa: E402
 from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.kafka_watch import KafkaWatch, wait_until_reachable  # noqa: E402
+from pipelines.monitoring import StreamMonitor  # noqa: E402
 from pipelines.quarantine import Quarantine  # noqa: E402
 from pipelines.reload import PlanReloader  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
@@ -105,27 +106,39 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     quarantine = Quarantine(spark, cfg, plan, filters_dir, log)
     reloader = PlanReloader(spark, cfg, plan, filters_dir, brokers_file, log) \
         if cfg.get("stream.hot_reload", True) else None
-    processor = BatchProcessor(spark, plan, label, spark_sink_options(cfg), log, quarantine, reloader)
-    processor.warm_up()
-    source = (spark.readStream.format("kafka")
-              .options(**spark_source_options(cfg))
-              .option("subscribe", topic)
-              .option("startingOffsets", str(cfg.get("stream.starting_offsets")))
-              .option("maxOffsetsPerTrigger", int(cfg.get("stream.max_offsets_per_trigger")))
-              .load())
-    query = (source.writeStream.queryName(f"filter_stream_{name}").foreachBatch(processor)
-             .option("checkpointLocation", str(plan.checkpoint)).trigger(**trigger).start())
-    log(f"stream '{name}' running: trigger {label}, checkpoint {plan.checkpoint}")
-    _wait(query, cfg, plan, processor, args.stop_when_idle, log)
+    monitor = StreamMonitor(cfg, name, topic, plan.checkpoint, label, log)
+    if monitor.url:
+        log(f"metrics at {monitor.url}")
+    try:
+        processor = BatchProcessor(spark, plan, label, spark_sink_options(cfg), log, quarantine, reloader, monitor)
+        processor.warm_up()
+        source = (spark.readStream.format("kafka")
+                  .options(**spark_source_options(cfg))
+                  .option("subscribe", topic)
+                  .option("startingOffsets", str(cfg.get("stream.starting_offsets")))
+                  .option("maxOffsetsPerTrigger", int(cfg.get("stream.max_offsets_per_trigger")))
+                  .load())
+        query = (source.writeStream.queryName(f"filter_stream_{name}").foreachBatch(processor)
+                 .option("checkpointLocation", str(plan.checkpoint)).trigger(**trigger).start())
+        log(f"stream '{name}' running on {spark.sparkContext.master}: trigger {label}, "
+            f"checkpoint {plan.checkpoint}")
+        _wait(query, cfg, plan, processor, monitor, args.stop_when_idle, log)
+    finally:
+        monitor.close()
     return processor.totals
 
 
-def _wait(query, cfg: Config, plan: StreamPlan, processor: BatchProcessor, idle_s: float | None, log) -> None:
-    """Block until the query ends, is signalled, or has been idle long enough."""
+def _wait(query, cfg: Config, plan: StreamPlan, processor: BatchProcessor, monitor: StreamMonitor,
+          idle_s: float | None, log) -> None:
+    """Block until the query ends, is signalled, or has been idle long enough; keep the status file current."""
     status = status_file(cfg, plan.name)
     status.parent.mkdir(parents=True, exist_ok=True)
-    status.write_text(json.dumps({"pid": os.getpid(), "query_id": str(query.id), "topic": plan.topic,
-                                  "started_at": time.time(), "status": "running"}))
+    spark_context = processor.spark.sparkContext
+    about = {"pid": os.getpid(), "query_id": str(query.id), "topic": plan.topic, "started_at": time.time(),
+             "status": "running", "trigger": processor.trigger, "checkpoint": str(plan.checkpoint),
+             "master": spark_context.master, "application_id": spark_context.applicationId,
+             "metrics_url": monitor.url}
+    written = None
     stop = {"signal": None}
 
     def on_signal(signum, _frame):
@@ -137,6 +150,10 @@ def _wait(query, cfg: Config, plan: StreamPlan, processor: BatchProcessor, idle_
     watch = KafkaWatch(cfg, log).start()
     try:
         while query.isActive:
+            monitor.tick()
+            if monitor.snapshot is not written:
+                written = monitor.snapshot
+                status.write_text(json.dumps(about | written, default=str))
             try:
                 query.awaitTermination(1)
             except Exception as exc:  # noqa: BLE001 - StreamingQueryException and py4j errors alike

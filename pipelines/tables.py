@@ -41,6 +41,11 @@ METRICS_SCHEMA = T.StructType([
     T.StructField("latency_p95_ms", T.DoubleType()),
     T.StructField("latency_p99_ms", T.DoubleType()),
     T.StructField("latency_max_ms", T.DoubleType()),
+    # the same figures the Prometheus endpoint shows (pipelines/monitoring.py)
+    T.StructField("input_rows_per_second", T.DoubleType()),
+    T.StructField("processed_rows_per_second", T.DoubleType()),
+    T.StructField("kafka_lag", T.MapType(T.IntegerType(), T.LongType())),
+    T.StructField("quarantined_filters", T.ArrayType(T.StringType())),
 ])
 
 
@@ -49,10 +54,16 @@ def table_paths(cfg: Config, name: str) -> dict[str, Path]:
     return {table: cfg.delta_dir / name / table for table in TABLES}
 
 
-def append(frame: DataFrame, path: Path, app_id: str, batch_id: int, partition_by: str | None = None) -> None:
-    """Append to a Delta table exactly once per (app_id, batch_id), even when a batch is retried."""
+def append(frame: DataFrame, path: Path, app_id: str, batch_id: int, partition_by: str | None = None,
+           merge_schema: bool = False) -> None:
+    """Append to a Delta table exactly once per (app_id, batch_id), even when a batch is retried.
+
+    ``merge_schema`` lets a table written by an older version gain the frame's new columns.
+    """
     writer = (frame.write.format("delta").mode("append")
               .option("txnAppId", app_id).option("txnVersion", batch_id))
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
     if partition_by:
         writer = writer.partitionBy(partition_by)
     writer.save(str(path))

@@ -47,6 +47,26 @@ def build_parser() -> argparse.ArgumentParser:
     kafka.add_argument("--state-dir", help="where Kafka data and logs live (default: state_dir)")
     _common(kafka)
 
+    spark = commands.add_parser(
+        "spark", help="start or stop a Spark standalone cluster on this machine",
+        description="Run a Spark standalone master and workers from the installed pyspark (loopback only; "
+                    "logs under <state_dir>/spark).  Then submit the unchanged job to it:\n"
+                    "  spark-submit --master spark://127.0.0.1:7077 pipelines/filter_stream.py",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    spark.add_argument("action", choices=["start-cluster", "stop-cluster", "status"])
+    spark.add_argument("--workers", type=int, help="start-cluster: number of workers (default: spark_cluster.workers)")
+    spark.add_argument("--state-dir", help="where daemon logs and work folders live (default: state_dir)")
+    _common(spark)
+
+    status = commands.add_parser(
+        "status", help="one screen for operators: streams, last batch, rates, Kafka lag, cluster",
+        description="Read the running streams' status files, their checkpoints and Kafka's latest offsets "
+                    "(no Spark needed): each stream's state, last batch, rates, consumer lag per partition, "
+                    "totals, quarantined filters and dead letters; then the local Kafka and Spark cluster.")
+    status.add_argument("--name", help="only this stream (default: every stream under the state dir)")
+    status.add_argument("--state-dir", help="the state dir to look in (default: state_dir)")
+    _common(status)
+
     produce = commands.add_parser(
         "produce", help="simulate visits of Rubin alerts, or replay Avro files, into Kafka",
         description="Simulate a night of Rubin alerts (real FITS cutouts, histories) on a visit cadence, "
@@ -247,6 +267,37 @@ def filters_test(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spark(args: argparse.Namespace) -> int:
+    from skyfilter.spark_cluster import SparkStandalone
+
+    cfg = load_config(args)
+    if args.state_dir:
+        cfg.set("state_dir", args.state_dir)
+    cluster = SparkStandalone(cfg, args.workers)
+    if args.action == "start-cluster":
+        url = cluster.start()
+        print(cluster.summary())
+        print(f"submit the stream job with: spark-submit --master {url} pipelines/filter_stream.py [options]")
+    elif args.action == "stop-cluster":
+        stopped = cluster.stop()
+        pids = f" (pids {', '.join(map(str, stopped))})" if stopped else ""
+        print(f"stopped {len(stopped)} Spark daemon(s){pids}")
+    else:
+        print(cluster.summary())
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from skyfilter.status import status_screen
+
+    cfg = load_config(args)
+    if args.state_dir:
+        cfg.set("state_dir", args.state_dir)
+    for line in status_screen(cfg, args.name):
+        print(line)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from skyfilter.demo import run_demo
 
@@ -264,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `skyfilter` console script."""
     args = build_parser().parse_args(argv)
     handler = {"kafka": cmd_kafka, "produce": cmd_produce, "filters": cmd_filters, "demo": cmd_demo,
-               "bench": cmd_bench}[args.command]
+               "bench": cmd_bench, "spark": cmd_spark, "status": cmd_status}[args.command]
     try:
         return handler(args)
     except SkyfilterError as exc:

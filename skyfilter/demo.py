@@ -25,8 +25,9 @@ from skyfilter.brokers import load_brokers
 from skyfilter.config import Config
 from skyfilter.delivery import percentile, read_topic
 from skyfilter.errors import SkyfilterError
-from skyfilter.kafka_local import LocalKafka, wait_for_exit
+from skyfilter.kafka_local import LocalKafka
 from skyfilter.memory import RssSampler, own_rss_mb
+from skyfilter.processes import wait_for_exit
 from skyfilter.registry import open_registry, subject_for
 
 STREAM_SCRIPT = Path(__file__).resolve().parents[1] / "pipelines" / "filter_stream.py"

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
-import signal
-import socket
 import string
 import subprocess
 import time
@@ -25,6 +22,7 @@ from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 from skyfilter.kafka_clients import client_settings, connect_as, uses_sasl
 from skyfilter.kafka_security import ADMIN, ensure_credentials, format_arguments, server_settings
+from skyfilter.processes import first_error, launch, port_in_use, running_pid, terminate
 from skyfilter.topics import replication
 from skyfilter.versions import PROJECT_ROOT
 
@@ -59,15 +57,7 @@ class KafkaNode:
 
     def pid(self) -> int | None:
         """The pid of this node's running JVM, or None (stale pid files are ignored)."""
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            return None
-        return pid if str(self.properties) in cmdline else None
+        return running_pid(self.pid_file, str(self.properties))
 
 
 class LocalKafka:
@@ -186,13 +176,8 @@ class LocalKafka:
                 "-cp", f"{libs}/*"]
 
     def _launch(self, node: KafkaNode, java: str, libs: Path) -> tuple[KafkaNode, subprocess.Popen]:
-        with open(node.stdout_file, "ab") as out:
-            proc = subprocess.Popen(
-                [java, *self._jvm_flags(node, libs), "kafka.Kafka", str(node.properties)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=node.folder)
-        node.pid_file.write_text(str(proc.pid))
-        return node, proc
+        command = [java, *self._jvm_flags(node, libs), "kafka.Kafka", str(node.properties)]
+        return node, launch(command, node.pid_file, node.stdout_file, cwd=node.folder)
 
     def _wait_ready(self, started: list[tuple[KafkaNode, subprocess.Popen]]) -> None:
         from confluent_kafka.admin import AdminClient
@@ -221,21 +206,12 @@ class LocalKafka:
     # ------------------------------------------------------------ stop/status
     def stop(self, timeout: float = 30.0) -> list[int]:
         """Stop the nodes this project started (SIGTERM, then SIGKILL). Returns the pids stopped."""
-        running = []
-        for node in self.nodes_on_disk():
-            pid = node.pid()
-            if pid is None:
-                node.pid_file.unlink(missing_ok=True)
-                continue
-            os.kill(pid, signal.SIGTERM)  # all at once: a node waiting for a quorum that is leaving would hang
-            running.append((node, pid))
-        deadline = time.monotonic() + timeout
-        for node, pid in running:
-            if not wait_for_exit(pid, max(0.5, deadline - time.monotonic())):
-                os.kill(pid, signal.SIGKILL)
-                wait_for_exit(pid, 10)
+        running = {node: node.pid() for node in self.nodes_on_disk()}
+        # all at once: a node waiting for a quorum that is leaving would hang
+        terminate([pid for pid in running.values() if pid], timeout)
+        for node in running:
             node.pid_file.unlink(missing_ok=True)
-        return [pid for _, pid in running]
+        return [pid for pid in running.values() if pid]
 
     def nodes_on_disk(self) -> list[KafkaNode]:
         """The configured nodes plus any other node folder found under the state dir."""
@@ -251,29 +227,9 @@ class LocalKafka:
                 for n in self.nodes_on_disk()]
 
 
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """True when a server could not listen on host:port: something listens there, or a live
-    connection holds it as its local port (which a connect-only probe would miss)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the JVM does: TIME_WAIT is no obstacle
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
 def _exit_cause(node: KafkaNode) -> str:
-    """The first error a node logged before exiting, so a failed start says why in one line."""
-    for log in (node.stdout_file, node.log_file):
-        try:
-            lines = log.read_text(errors="replace").splitlines()[-400:]
-        except OSError:
-            continue
-        for line in lines:
-            if " ERROR " in line or line.startswith(("Exception", "Error", "Caused by")):
-                return line.strip()[:300]
-    return "no error in its logs"
+    """The first error a node logged before exiting."""
+    return first_error([node.stdout_file, node.log_file])
 
 
 def free_port_pair(start: int, nodes: int = 1) -> int:
@@ -282,26 +238,3 @@ def free_port_pair(start: int, nodes: int = 1) -> int:
         if not any(port_in_use(p) for p in range(port, port + 2 * nodes)):
             return port
     raise SkyfilterError(f"no {2 * nodes} free ports in a row between {start} and {start + 200} on 127.0.0.1")
-
-
-def wait_for_exit(pid: int, timeout: float) -> bool:
-    """Wait until a process is gone (reaping it if it is our child)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            finished, _ = os.waitpid(pid, os.WNOHANG)
-            if finished == pid:
-                return True
-        except ChildProcessError:
-            pass
-        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except OSError:
-        return True

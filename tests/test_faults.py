@@ -20,7 +20,8 @@ from producers.command import ProduceOptions, produce
 from skyfilter.avro_schemas import rubin_schema
 from skyfilter.config import Config
 from skyfilter.delivery import read_topic
-from skyfilter.kafka_local import LocalKafka, free_port_pair, wait_for_exit
+from skyfilter.kafka_local import LocalKafka, free_port_pair
+from skyfilter.processes import wait_for_exit
 from skyfilter.topics import admin_client
 
 SNR_CUT = 15

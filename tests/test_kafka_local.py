@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from skyfilter.kafka_local import free_port_pair, port_in_use
+from skyfilter.kafka_local import free_port_pair
+from skyfilter.processes import port_in_use
 
 CLI = [sys.executable, "-m", "skyfilter.cli"]
 

@@ -1,0 +1,102 @@
+"""Background processes the project starts itself (Kafka nodes, Spark standalone daemons).
+
+Each one is a JVM in its own session, with its pid in a file next to its
+logs.  A pid file is trusted only while that pid's command line still names
+what the project started (``marker``), so a stale file never makes us signal
+someone else's process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+def launch(command: list[str], pid_file: Path, output: Path, cwd: Path | None = None,
+           env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a detached process with stdout and stderr appended to ``output``; record its pid."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "ab") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=cwd, env=env)
+    pid_file.write_text(str(proc.pid))
+    return proc
+
+
+def running_pid(pid_file: Path, marker: str) -> int | None:
+    """The pid recorded in ``pid_file`` if that process runs and its command line contains ``marker``."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except (OSError, ValueError):
+        return None
+    return pid if marker in cmdline and not _is_zombie(pid) else None
+
+
+def terminate(pids: list[int], timeout: float = 30.0) -> None:
+    """SIGTERM every pid at once, then SIGKILL whatever is still there after ``timeout``."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        if not wait_for_exit(pid, max(0.5, deadline - time.monotonic())):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            wait_for_exit(pid, 10)
+
+
+def wait_for_exit(pid: int, timeout: float) -> bool:
+    """Wait until a process is gone (reaping it if it is our child)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            finished, _ = os.waitpid(pid, os.WNOHANG)
+            if finished == pid:
+                return True
+        except ChildProcessError:
+            pass
+        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a server could not listen on host:port: something listens there, or a live
+    connection holds it as its local port (which a connect-only probe would miss)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the JVM does: TIME_WAIT is no obstacle
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def first_error(logs: list[Path], markers: tuple[str, ...] = (" ERROR ",)) -> str:
+    """The first error line of a process's logs, so a failed start says why in one line."""
+    for log in logs:
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-400:]
+        except OSError:
+            continue
+        for line in lines:
+            if any(m in line for m in markers) or line.startswith(("Exception", "Error", "Caused by")):
+                return line.strip()[:300]
+    return "no error in its logs"

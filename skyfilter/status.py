@@ -1,0 +1,124 @@
+"""`skyfilter status`: one screen for operators without Grafana.
+
+Everything comes from files and Kafka, never from Spark, so it answers in a
+second whether the job runs or not: each stream's status file (written by
+the running job after every batch), its checkpoint (the last committed
+batch and its offsets), Kafka's latest offsets (the lag), the filter states,
+and the local Kafka nodes and Spark standalone daemons.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from skyfilter.config import Config
+from skyfilter.errors import SkyfilterError
+from skyfilter.lag import LatestOffsets, checkpoint_topic, committed_offsets, lag_per_partition
+
+
+def _alive(pid: int | None) -> bool:
+    return bool(pid) and Path(f"/proc/{pid}").exists()
+
+
+def _ago(moment: float | None) -> str:
+    if not moment:
+        return "-"
+    seconds = max(0, time.time() - float(moment))
+    return f"{seconds:.0f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
+
+
+def _num(value, unit: str = "", digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}{unit}"
+
+
+def stream_names(cfg: Config) -> list[str]:
+    """Every stream with a status file or a checkpoint under the state dir."""
+    names = {p.name[len("filter_stream."):-len(".json")] for p in cfg.run_dir.glob("filter_stream.*.json")}
+    names |= {p.parent.name for p in cfg.checkpoint_dir.glob("*/offsets")}
+    return sorted(names)
+
+
+def stream_lines(cfg: Config, name: str, latest: LatestOffsets | None) -> list[str]:
+    """The status of one stream: state, last batch, rates, lag, totals, filters."""
+    path = cfg.run_dir / f"filter_stream.{name}.json"
+    info = json.loads(path.read_text()) if path.exists() else {}
+    running = _alive(info.get("pid"))
+    checkpoint = Path(info.get("checkpoint") or cfg.checkpoint_dir / name)
+    topic = info.get("topic") or checkpoint_topic(checkpoint)
+    if running:
+        up = time.time() - float(info["started_at"])
+        head = (f"stream '{name}': RUNNING (pid {info['pid']}, up {up / 60:.0f} min) on {info.get('master')}, "
+                f"topic '{topic}', trigger {info.get('trigger')}")
+    else:
+        head = f"stream '{name}': STOPPED" + (" (stale status file: the job died)" if info else "") + \
+               (f", topic '{topic}'" if topic else "")
+    lines = [head]
+    if running and info.get("metrics_url"):
+        lines.append(f"  metrics   {info['metrics_url']}")
+    batch = info.get("last_batch") if running else None
+    if batch:
+        lines.append(f"  last batch {batch['batch_id']} ({_ago(batch['finished_at'])}): {batch['alerts']:,} alerts, "
+                     f"{batch['matches']:,} matches, delivered in {_num(batch['deliver_s'], ' s')}, done in "
+                     f"{_num(batch['processing_s'], ' s')}, latency p50 {_num(batch['latency_p50_s'], ' s')} "
+                     f"p99 {_num(batch['latency_p99_s'], ' s')}")
+        lines.append(f"  rates     input {_num(batch['input_rows_per_second'], ' alerts/s')}, processed "
+                     f"{_num(batch['processed_rows_per_second'], ' alerts/s')}")
+    elif running:
+        lines.append("  no batch with alerts yet in this run")
+    committed_batch, committed = committed_offsets(checkpoint, topic)
+    if latest is not None and topic:
+        try:
+            lag = lag_per_partition(latest(topic), committed)
+            parts = ", ".join(f"p{p} {n:,}" for p, n in lag.items())
+            lines.append(f"  Kafka lag {sum(lag.values()):,} alerts ({parts}); last committed batch "
+                         f"{'-' if committed_batch is None else committed_batch}")
+        except SkyfilterError as exc:
+            lines.append(f"  Kafka lag unknown: {exc}")
+    totals = info.get("totals") if running else None
+    if totals:
+        brokers = ", ".join(f"{b} {n:,}" for b, n in sorted(totals["by_broker"].items()))
+        lines.append(f"  this run  {totals['input_alerts']:,} alerts in, {totals['archived']:,} archived, "
+                     f"{totals['matches']:,} delivered ({brokers}), {totals['dead_letters']:,} dead letter(s)")
+    lines.append("  filters   " + _filter_summary(cfg.filter_states_file(name)))
+    return lines
+
+
+def _filter_summary(path: Path) -> str:
+    if not path.exists():
+        return "no filter states recorded yet"
+    states = json.loads(path.read_text())["filters"]
+    counts = {k: sum(s["state"] == k for s in states) for k in ("enabled", "quarantined", "broken", "unused")}
+    quarantined = [s["name"] for s in states if s["state"] == "quarantined"]
+    return ", ".join(f"{v} {k}" for k, v in counts.items()) + (f": quarantined {', '.join(quarantined)}"
+                                                               if quarantined else "")
+
+
+def status_screen(cfg: Config, only: str | None = None) -> list[str]:
+    """Every stream's status, then the local Kafka nodes and the Spark standalone cluster."""
+    from skyfilter.kafka_local import LocalKafka
+    from skyfilter.spark_cluster import SparkStandalone
+
+    names = [only] if only else stream_names(cfg)
+    lines = [f"skyfilter status ({cfg.state_dir}, Kafka {cfg.bootstrap_servers})"]
+    latest = None
+    try:
+        latest = LatestOffsets(cfg) if names else None
+    except Exception as exc:  # noqa: BLE001 - a broken Kafka config must not hide the rest of the screen
+        lines.append(f"Kafka client could not be created: {exc}")
+    try:
+        for name in names:
+            lines += stream_lines(cfg, name, latest)
+    finally:
+        if latest is not None:
+            latest.close()
+    if not names:
+        lines.append("no streams under this state dir (start one: spark-submit pipelines/filter_stream.py)")
+    nodes = LocalKafka(cfg).status()
+    running = [n for n in nodes if n["pid"]]
+    lines.append(f"Kafka (local): {len(running)} of {len(nodes)} node(s) running" if nodes
+                 else "Kafka (local): none started here (an external cluster is checked through the lag above)")
+    lines.append(SparkStandalone(cfg).summary())
+    return lines
+
