@@ -13,7 +13,7 @@ MVN_FLAGS    := -q -B -Dmaven.repo.local=$(LOCAL)/m2 -Dkafka.version=$(KAFKA_VER
                 -Dscala.binary.version=$(SCALA_BINARY_VERSION) -Dlog4j.version=$(LOG4J_VERSION) \
                 -Dslf4j.version=$(SLF4J_VERSION)
 
-.PHONY: setup demo test bench notebook lint clean kafka-stop help
+.PHONY: setup setup-image demo test bench notebook lint clean kafka-stop help
 
 help:
 	@echo "make demo   set up everything, then run a small simulated night end to end"
@@ -66,6 +66,9 @@ bench: setup
 $(VENV)/.notebook: setup.py $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[test,notebook]'
 	touch $@
+
+# What docker/Dockerfile runs: the developer set-up plus JupyterLab.
+setup-image: setup $(VENV)/.notebook
 
 notebook: setup $(VENV)/.notebook
 	$(VENV)/bin/jupyter lab --notebook-dir=$(ROOT) --ip=127.0.0.1 notebooks/filter_authoring.ipynb
