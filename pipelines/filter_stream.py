@@ -120,7 +120,7 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
                   .load())
         query = (source.writeStream.queryName(f"filter_stream_{name}").foreachBatch(processor)
                  .option("checkpointLocation", str(plan.checkpoint)).trigger(**trigger).start())
-        log(f"stream '{name}' running on {spark.sparkContext.master}: trigger {label}, "
+        log(f"stream '{name}' running: trigger {label}, master {spark.sparkContext.master}, "
             f"checkpoint {plan.checkpoint}")
         _wait(query, cfg, plan, processor, monitor, args.stop_when_idle, log)
     finally:

@@ -36,11 +36,10 @@ def committed_offsets(checkpoint: Path, topic: str | None, batch_id: int | None 
         return None, {}
     path = checkpoint / "offsets" / str(batch)
     try:
-        lines = path.read_text().splitlines()
-    except OSError:
+        sources = [json.loads(line) for line in path.read_text().splitlines()[2:] if line.startswith("{")]
+    except (OSError, ValueError):  # version line, batch metadata, then one line per source
         return batch, {}
-    for line in lines[2:]:  # version line, batch metadata, then one line per source
-        offsets = json.loads(line) if line.startswith("{") else {}
+    for offsets in sources:
         for name, partitions in offsets.items():
             if topic in (None, name):
                 return batch, {int(p): int(o) for p, o in partitions.items()}

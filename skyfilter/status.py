@@ -40,8 +40,11 @@ def stream_names(cfg: Config) -> list[str]:
     return sorted(names)
 
 
-def stream_lines(cfg: Config, name: str, latest: LatestOffsets | None) -> list[str]:
-    """The status of one stream: state, last batch, rates, lag, totals, filters."""
+def stream_lines(cfg: Config, name: str, latest) -> list[str]:
+    """The status of one stream: state, last batch, rates, lag, totals, filters.
+
+    ``latest`` gives Kafka's latest offsets of a topic (None: do not show the lag).
+    """
     path = cfg.run_dir / f"filter_stream.{name}.json"
     info = json.loads(path.read_text()) if path.exists() else {}
     running = _alive(info.get("pid"))
@@ -107,9 +110,21 @@ def status_screen(cfg: Config, only: str | None = None) -> list[str]:
         latest = LatestOffsets(cfg) if names else None
     except Exception as exc:  # noqa: BLE001 - a broken Kafka config must not hide the rest of the screen
         lines.append(f"Kafka client could not be created: {exc}")
+    failure: list[SkyfilterError] = []
+
+    def lookup(topic: str) -> dict[int, int]:
+        """Kafka's latest offsets; after one failure the others fail at once (no timeout per stream)."""
+        if failure:
+            raise failure[0]
+        try:
+            return latest(topic)
+        except SkyfilterError as exc:
+            failure.append(exc)
+            raise
+
     try:
         for name in names:
-            lines += stream_lines(cfg, name, latest)
+            lines += stream_lines(cfg, name, lookup if latest is not None else None)
     finally:
         if latest is not None:
             latest.close()

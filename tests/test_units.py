@@ -214,3 +214,21 @@ def test_confluent_registry_client_speaks_the_rest_api():
         server.server_close()
     with pytest.raises(SkyfilterError, match="cannot reach schema registry"):
         ConfluentRegistry(f"http://127.0.0.1:{server.server_port}").latest("x")
+
+
+def test_consumer_lag_from_a_checkpoint_and_latest_offsets(tmp_path):
+    from skyfilter.lag import checkpoint_topic, committed_offsets, lag_per_partition
+
+    checkpoint = tmp_path / "cp"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    assert committed_offsets(checkpoint, "alerts") == (None, {})
+    for batch, ends in ((0, {"0": 5, "1": 7}), (1, {"0": 9, "1": 7})):
+        (checkpoint / "offsets" / str(batch)).write_text(
+            'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n' + json.dumps({"alerts": ends}))
+    (checkpoint / "commits" / "0").write_text("v1\n{}")
+    assert committed_offsets(checkpoint, "alerts") == (0, {0: 5, 1: 7}), "batch 1 is planned, not committed"
+    assert committed_offsets(checkpoint, "alerts", 1) == (1, {0: 9, 1: 7})
+    assert committed_offsets(checkpoint, "other") == (0, {})
+    assert checkpoint_topic(checkpoint) == "alerts"
+    assert lag_per_partition({0: 12, 1: 7, 2: 3}, {0: 5, 1: 7}) == {0: 7, 1: 0, 2: 3}
