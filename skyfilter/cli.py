@@ -20,7 +20,10 @@ applies SQL and Python filters and fans matches out to per-broker topics,
 archiving every night to Delta tables."""
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, state_dir: str | None = None) -> None:
+    """--config and --set on every subcommand; --state-dir (described by ``state_dir``) where it applies."""
+    if state_dir:
+        parser.add_argument("--state-dir", help=f"{state_dir} (default: state_dir)")
     parser.add_argument("--config", help="YAML config (default: conf/local.yaml or $SKYFILTER_CONFIG)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                         help="override a config key, e.g. --set kafka.heap=1g (repeatable)")
@@ -44,8 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "a secure cluster from brokers.yaml (start does it too)")
     kafka.add_argument("--nodes", type=int, help="number of KRaft nodes (default: kafka.nodes)")
     kafka.add_argument("--port", type=int, help="client port of node 1 (default: kafka.base_port)")
-    kafka.add_argument("--state-dir", help="where Kafka data and logs live (default: state_dir)")
-    _common(kafka)
+    _common(kafka, "where Kafka data and logs live")
 
     spark = commands.add_parser(
         "spark", help="start or stop a Spark standalone cluster on this machine",
@@ -55,8 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     spark.add_argument("action", choices=["start-cluster", "stop-cluster", "status"])
     spark.add_argument("--workers", type=int, help="start-cluster: number of workers (default: spark_cluster.workers)")
-    spark.add_argument("--state-dir", help="where daemon logs and work folders live (default: state_dir)")
-    _common(spark)
+    _common(spark, "where daemon logs and work folders live")
 
     status = commands.add_parser(
         "status", help="one screen for operators: streams, last batch, rates, Kafka lag, cluster",
@@ -64,8 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(no Spark needed): each stream's state, last batch, rates, consumer lag per partition, "
                     "totals, quarantined filters and dead letters; then the local Kafka and Spark cluster.")
     status.add_argument("--name", help="only this stream (default: every stream under the state dir)")
-    status.add_argument("--state-dir", help="the state dir to look in (default: state_dir)")
-    _common(status)
+    _common(status, "the state dir to look in")
 
     produce = commands.add_parser(
         "produce", help="simulate visits of Rubin alerts, or replay Avro files, into Kafka",
@@ -114,11 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     filters.add_argument("--limit", type=int, help="test: at most this many alerts")
     filters.add_argument("--show", type=int, default=5, help="test: how many matches to print (default 5)")
     filters.add_argument("--name", help="status, test --night: the stream's name (default: topics.alerts)")
-    filters.add_argument("--state-dir", help="status, test --night: the stream's state (default: state_dir)")
     source = filters.add_mutually_exclusive_group()
     source.add_argument("--topic", help="check against the schema registered for this topic")
     source.add_argument("--schema", help="check against a schema file (.avsc) or an Avro container file (.avro)")
-    _common(filters)
+    _common(filters, "status, test --night: the stream's state")
 
     demo = commands.add_parser("demo", help="run a small simulated night end to end (what `make demo` does)",
                                description="Start a fresh local Kafka under <state_dir>/demo, start the "
@@ -157,8 +156,11 @@ BENCHMARKS = {
 
 
 def load_config(args: argparse.Namespace) -> Config:
-    """The config file named by --config, with --set overrides applied."""
-    return Config.load(args.config, parse_overrides(args.set))
+    """The config file named by --config, with --set overrides and --state-dir applied."""
+    cfg = Config.load(args.config, parse_overrides(args.set))
+    if getattr(args, "state_dir", None):
+        cfg.set("state_dir", args.state_dir)
+    return cfg
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:
@@ -170,8 +172,6 @@ def cmd_kafka(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     if args.port:
         cfg.set("kafka.base_port", args.port)
-    if args.state_dir:
-        cfg.set("state_dir", args.state_dir)
     cluster = LocalKafka(cfg, args.nodes)
     if args.action in ("start", "grant"):
         bootstrap = cluster.start() if args.action == "start" else cluster.bootstrap_servers
@@ -211,8 +211,6 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 def cmd_filters(args: argparse.Namespace) -> int:
     cfg = load_config(args)
-    if args.state_dir:
-        cfg.set("state_dir", args.state_dir)
     if args.action == "status":
         return filters_status(cfg, args)
     if args.action == "test":
@@ -271,8 +269,6 @@ def cmd_spark(args: argparse.Namespace) -> int:
     from skyfilter.spark_cluster import SparkStandalone
 
     cfg = load_config(args)
-    if args.state_dir:
-        cfg.set("state_dir", args.state_dir)
     cluster = SparkStandalone(cfg, args.workers)
     if args.action == "start-cluster":
         url = cluster.start()
@@ -291,8 +287,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     from skyfilter.status import status_screen
 
     cfg = load_config(args)
-    if args.state_dir:
-        cfg.set("state_dir", args.state_dir)
     for line in status_screen(cfg, args.name):
         print(line)
     return 0
