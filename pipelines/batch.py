@@ -58,8 +58,8 @@ class BatchProcessor:
     """The ``foreachBatch`` function of the stream job."""
 
     def __init__(self, spark: SparkSession, plan: StreamPlan, trigger: str, kafka_options: dict[str, str],
-                 log=print, quarantine: Quarantine | None = None, reloader: PlanReloader | None = None,
-                 monitor: StreamMonitor | None = None):
+                 monitor: StreamMonitor, log=print, quarantine: Quarantine | None = None,
+                 reloader: PlanReloader | None = None):
         self.spark = spark
         self.plan = plan
         self.trigger = trigger
@@ -190,9 +190,7 @@ class BatchProcessor:
         p50, p95, p99 = stats["latency"]
         quarantined = [s.name for s in self.quarantine.states.values() if s.state == "quarantined"] \
             if self.quarantine is not None else []
-        figures = self.monitor.batch_figures(batch_id, started, finished, stats["input_alerts"], quarantined) \
-            if self.monitor is not None else {"input_rows_per_second": None, "processed_rows_per_second": None,
-                                              "kafka_lag": {}, "quarantined_filters": quarantined}
+        figures = self.monitor.batch_figures(batch_id, started, finished, stats["input_alerts"], quarantined)
         row = (self.plan.name, self.run_id, batch_id, self.trigger, _ts(started), _ts(delivered), _ts(finished),
                stats["input_alerts"], stats["rejected"], stats["archived"], stats["matches"], stats["by_broker"],
                stats["by_filter"], stats["errors"], (delivered - started) * 1000, (finished - started) * 1000,
@@ -200,9 +198,8 @@ class BatchProcessor:
                figures["processed_rows_per_second"], figures["kafka_lag"], figures["quarantined_filters"])
         metrics = self.spark.createDataFrame([row], METRICS_SCHEMA)
         append(metrics, self.plan.tables["metrics"], self.app_id, batch_id, merge_schema=True)
-        if self.monitor is not None:
-            self.monitor.observe(batch_id, stats, figures, started, delivered, finished,
-                                 [f.name for f in self.plan.filters])
+        self.monitor.observe(batch_id, stats, figures, started, delivered, finished,
+                             [f.name for f in self.plan.filters])
         totals = self.totals
         totals.batches += 1
         totals.input_alerts += stats["input_alerts"]

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     if monitor.url:
         log(f"metrics at {monitor.url}")
     try:
-        processor = BatchProcessor(spark, plan, label, spark_sink_options(cfg), log, quarantine, reloader, monitor)
+        processor = BatchProcessor(spark, plan, label, spark_sink_options(cfg), monitor, log, quarantine, reloader)
         processor.warm_up()
         source = (spark.readStream.format("kafka")
                   .options(**spark_source_options(cfg))
@@ -153,7 +153,11 @@ def _wait(query, cfg: Config, plan: StreamPlan, processor: BatchProcessor, monit
             monitor.tick()
             if monitor.snapshot is not written:
                 written = monitor.snapshot
-                status.write_text(json.dumps(about | written, default=str))
+                totals = processor.totals
+                status.write_text(json.dumps(about | written | {"totals": {
+                    "input_alerts": totals.input_alerts, "archived": totals.archived,
+                    "dead_letters": totals.rejected, "matches": sum(totals.matches_by_broker.values()),
+                    "by_broker": dict(totals.matches_by_broker)}}, default=str))
             try:
                 query.awaitTermination(1)
             except Exception as exc:  # noqa: BLE001 - StreamingQueryException and py4j errors alike

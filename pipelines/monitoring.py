@@ -147,14 +147,7 @@ class StreamMonitor:
             self.filter_quarantined.labels(s, name).set(1 if name in figures["quarantined_filters"] else 0)
         self.last_batch.labels(s).set(batch_id)
         self.last_batch_time.labels(s).set(finished)
-        totals = self.snapshot.get("totals", {})
-        add = {"input_alerts": stats["input_alerts"], "archived": stats["archived"],
-               "dead_letters": stats["rejected"], "matches": stats["matches"]}
-        by_broker = dict(totals.get("by_broker", {}))
-        for broker, count in stats["by_broker"].items():
-            by_broker[broker] = by_broker.get(broker, 0) + count
         self.snapshot = {**self.snapshot, "quarantined": figures["quarantined_filters"],
-                         "totals": {**{k: totals.get(k, 0) + v for k, v in add.items()}, "by_broker": by_broker},
                          "last_batch": {"batch_id": batch_id, "finished_at": finished, "alerts": stats["input_alerts"],
                                         "matches": stats["matches"], "deliver_s": delivered - started,
                                         "processing_s": finished - started,

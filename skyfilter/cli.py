@@ -230,6 +230,8 @@ def filters_status(cfg: Config, args: argparse.Namespace) -> int:
     """Print each filter's state as the stream last recorded it."""
     import json
 
+    from skyfilter.status import filter_state_counts
+
     name = args.name or str(cfg.get("topics.alerts"))
     path = cfg.filter_states_file(name)
     if not path.exists():
@@ -239,8 +241,7 @@ def filters_status(cfg: Config, args: argparse.Namespace) -> int:
     for state in states:
         reason = f"  {state['reason']}" if state["reason"] else ""
         print(f"{state['name']:<{width}}  {state['kind']:<6}  {state['state']:<11}{reason}")
-    counts = {k: sum(s["state"] == k for s in states) for k in ("enabled", "quarantined", "broken", "unused")}
-    print(", ".join(f"{v} {k}" for k, v in counts.items()) + f" (stream '{name}')")
+    print(f"{filter_state_counts(states)} (stream '{name}')")
     return 0
 
 

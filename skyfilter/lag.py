@@ -34,16 +34,20 @@ def committed_offsets(checkpoint: Path, topic: str | None, batch_id: int | None 
     batch = batch_id if batch_id is not None else last_batch(checkpoint / "commits")
     if batch is None:
         return None, {}
-    path = checkpoint / "offsets" / str(batch)
-    try:
-        sources = [json.loads(line) for line in path.read_text().splitlines()[2:] if line.startswith("{")]
-    except (OSError, ValueError):  # version line, batch metadata, then one line per source
-        return batch, {}
-    for offsets in sources:
-        for name, partitions in offsets.items():
-            if topic in (None, name):
-                return batch, {int(p): int(o) for p, o in partitions.items()}
+    for name, partitions in _source_offsets(checkpoint / "offsets" / str(batch)).items():
+        if topic in (None, name):
+            return batch, {int(p): int(o) for p, o in partitions.items()}
     return batch, {}
+
+
+def _source_offsets(path: Path) -> dict[str, dict[str, int]]:
+    """Topic -> partition -> end offset of one ``offsets`` file (a version line, batch metadata, one line
+    per source); empty when the file is missing or half-written."""
+    try:
+        lines = path.read_text().splitlines()[2:]
+        return {name: parts for line in lines if line.startswith("{") for name, parts in json.loads(line).items()}
+    except (OSError, ValueError):
+        return {}
 
 
 class LatestOffsets:
@@ -81,9 +85,4 @@ def lag_per_partition(latest: dict[int, int], committed: dict[int, int]) -> dict
 def checkpoint_topic(checkpoint: Path) -> str | None:
     """The Kafka topic a stream's checkpoint reads (from its newest ``offsets`` file)."""
     batch = last_batch(checkpoint / "offsets")
-    if batch is None:
-        return None
-    for line in (checkpoint / "offsets" / str(batch)).read_text().splitlines()[2:]:
-        if line.startswith("{"):
-            return next(iter(json.loads(line)), None)
-    return None
+    return None if batch is None else next(iter(_source_offsets(checkpoint / "offsets" / str(batch))), None)

@@ -89,6 +89,11 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+def free_port(start: int, host: str = "127.0.0.1") -> int:
+    """The first port from ``start`` on that a server could listen on."""
+    return next(p for p in range(start, start + 500) if not port_in_use(p, host))
+
+
 def first_error(logs: list[Path], markers: tuple[str, ...] = (" ERROR ",)) -> str:
     """The first error line of a process's logs, so a failed start says why in one line."""
     for log in logs:

@@ -88,14 +88,18 @@ def stream_lines(cfg: Config, name: str, latest) -> list[str]:
     return lines
 
 
+def filter_state_counts(states: list[dict]) -> str:
+    """'3 enabled, 1 quarantined, 0 broken, 1 unused' for a stream's filter states."""
+    counts = {k: sum(s["state"] == k for s in states) for k in ("enabled", "quarantined", "broken", "unused")}
+    return ", ".join(f"{v} {k}" for k, v in counts.items())
+
+
 def _filter_summary(path: Path) -> str:
     if not path.exists():
         return "no filter states recorded yet"
     states = json.loads(path.read_text())["filters"]
-    counts = {k: sum(s["state"] == k for s in states) for k in ("enabled", "quarantined", "broken", "unused")}
     quarantined = [s["name"] for s in states if s["state"] == "quarantined"]
-    return ", ".join(f"{v} {k}" for k, v in counts.items()) + (f": quarantined {', '.join(quarantined)}"
-                                                               if quarantined else "")
+    return filter_state_counts(states) + (f": quarantined {', '.join(quarantined)}" if quarantined else "")
 
 
 def status_screen(cfg: Config, only: str | None = None) -> list[str]:

@@ -26,16 +26,12 @@ from conftest import ROOT, stream_args
 from pipelines.filter_stream import run
 from producers.command import ProduceOptions, produce
 from skyfilter.delivery import read_topic
-from skyfilter.processes import port_in_use
+from skyfilter.processes import free_port
 from skyfilter.spark_cluster import SparkStandalone
 from skyfilter.status import status_screen
 
 TOPIC = "cluster.alerts"
 VISITS, PER_VISIT, BAD = 2, 40, 2
-
-
-def _free_port(start: int) -> int:
-    return next(p for p in range(start, start + 200) if not port_in_use(p))
 
 
 def _brokers_file(path, prefix: str) -> dict[str, str]:
@@ -67,8 +63,8 @@ def _table(spark, path, drop: list[str]):
 def standalone(kafka_cfg, tmp_path):
     cfg = kafka_cfg.copy()
     cfg.set("state_dir", str(tmp_path / "cluster-state"))
-    cfg.set("spark_cluster.master_port", _free_port(17077))
-    cfg.set("spark_cluster.master_webui_port", _free_port(18080))
+    cfg.set("spark_cluster.master_port", free_port(17077))
+    cfg.set("spark_cluster.master_webui_port", free_port(18080))
     cluster = SparkStandalone(cfg, workers=2)
     cluster.start()
     yield cluster
@@ -94,7 +90,7 @@ def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafk
     assert local.input_alerts == produced and local.rejected == BAD
 
     cluster_topics = _brokers_file(tmp_path / "brokers.cluster.yaml", "cl.cluster")
-    metrics_port = _free_port(19464)
+    metrics_port = free_port(19464)
     command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", standalone.master_url,
                str(ROOT / "pipelines" / "filter_stream.py"), "--topic", TOPIC, "--name", "cl_cluster",
                "--filters-dir", str(filters), "--brokers", str(tmp_path / "brokers.cluster.yaml"),
