@@ -29,9 +29,17 @@ def message_hash(value: Column) -> Column:
     return F.xxhash64(value)
 
 
+def with_message_hash(messages: DataFrame) -> DataFrame:
+    """Add the hash of each row's ``kafka_value`` (the original message), as the archive stores it."""
+    return messages.withColumn(HASH_COLUMN, message_hash(F.col("kafka_value")))
+
+
 def split_archive(accepted: DataFrame, cutouts: list[str]) -> tuple[DataFrame, DataFrame]:
-    """(alerts, cutouts) rows to archive for decoded, accepted alerts."""
-    alerts = accepted.withColumn(HASH_COLUMN, message_hash(F.col("kafka_value"))).drop(*cutouts, "kafka_value")
+    """(alerts, cutouts) rows to archive for decoded, accepted alerts (the hash last, computed here if absent)."""
+    if HASH_COLUMN not in accepted.columns:
+        accepted = with_message_hash(accepted)
+    kept = [F.col(f"`{c}`") for c in accepted.columns if c not in {*cutouts, "kafka_value", HASH_COLUMN}]
+    alerts = accepted.select(*kept, HASH_COLUMN)
     images = accepted.select(*MESSAGE_KEY, "alert_id", *cutouts)
     return alerts, images
 

@@ -27,7 +27,7 @@ from pyspark import InheritableThread, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.archive import record_schema, split_archive
+from pipelines.archive import record_schema, split_archive, with_message_hash
 from pipelines.caps import VisitCaps
 from pipelines.decode import is_accepted
 from pipelines.fanout import MATCHES, deadletter_messages, evaluate, kafka_messages, match_rows
@@ -98,7 +98,8 @@ class BatchProcessor:
         if self.reloader is not None and self.reloader.check() and self.quarantine is not None:
             self.quarantine.refresh()
         plan = self.plan
-        evaluated = evaluate(plan.decode(batch), plan.filters, plan.brokers).persist(StorageLevel.MEMORY_AND_DISK)
+        evaluated = self._for_cache(evaluate(plan.decode(batch), plan.filters, plan.brokers)) \
+            .persist(StorageLevel.MEMORY_AND_DISK)
         try:
             matches, capped = self.caps.apply(match_rows(evaluated), plan.brokers)
             outgoing = kafka_messages(matches, plan.encodings).unionByName(
@@ -120,6 +121,19 @@ class BatchProcessor:
             self._record(batch_id, started, delivered, stats)
         finally:
             evaluated.unpersist()
+
+    def _for_cache(self, evaluated: DataFrame) -> DataFrame:
+        """The batch as cached: the message's hash always, its bytes only where they are sent on.
+
+        The bytes repeat the decoded alert, cutouts included, so caching them for
+        every alert doubled the cache.  Dead letters and ``full`` brokers send
+        them unchanged, and so do nightly topics (every accepted alert).
+        """
+        hashed = with_message_hash(evaluated)
+        if self.nightly is not None:
+            return hashed
+        needed = ~is_accepted() | F.exists(MATCHES, lambda match: match["format"] == F.lit("full"))
+        return hashed.withColumn("kafka_value", F.when(needed, F.col("kafka_value")))
 
     def _stats(self, evaluated: DataFrame, delivered: float) -> dict:
         """Every per-batch figure in one aggregation over the cached batch."""

@@ -101,6 +101,7 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
         _print_summary(cfg, bootstrap, report.alerts, stream_lines, time.time() - began)
         print(f"peak memory (RSS): stream job {memory.peak('stream'):,.0f} MB, Kafka {memory.peak('Kafka'):,.0f} MB, "
               f"both at once {memory.peak_total():,.0f} MB (and this producer {own_rss_mb():,.0f} MB)")
+        print(f"    at the peak: {memory.peak_breakdown()}")
         return 0
     finally:
         if stream is not None and stream.poll() is None:

@@ -15,8 +15,12 @@ def own_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def process_tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants (MB); 0 once it is gone."""
+def process_tree_rss(pid: int) -> dict[int, tuple[str, float]]:
+    """Resident memory (MB) of a process and each of its descendants, by pid, with a short label.
+
+    Forked workers (pyspark's) share pages with their parent, so the sum
+    over-counts a little: it is an upper bound, which is what a budget needs.
+    """
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -24,17 +28,46 @@ def process_tree_rss_mb(pid: int) -> float:
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total_kb, todo = 0, [pid]
+    found, todo = {}, [pid]
     while todo:
         current = todo.pop()
         todo += children.get(current, [])
         try:
-            for line in Path(f"/proc/{current}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total_kb += int(line.split()[1])
-        except OSError:
+            rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{current}/status").read_text().splitlines()
+                          if line.startswith("VmRSS:"))
+            found[current] = (process_label(current), rss_kb / 1024)
+        except (OSError, StopIteration):
             pass
-    return total_kb / 1024
+    return found
+
+
+def process_label(pid: int) -> str:
+    """A short name for a process: its program, or the Python module or script it runs."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return "?"
+    program = Path(argv[0]).name
+    if program.startswith("python"):
+        if "-m" in argv[:-1]:
+            return argv[argv.index("-m") + 1]
+        scripts = [Path(a).name for a in argv[1:] if a.endswith(".py")]
+        return scripts[0] if scripts else program
+    return program
+
+
+def process_tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and all its descendants (MB); 0 once it is gone."""
+    return sum(mb for _, mb in process_tree_rss(pid).values())
+
+
+def breakdown(processes: dict[int, tuple[str, float]]) -> str:
+    """'java 3,812 MB, 6 x pyspark.daemon 610 MB, ...': processes grouped by label, largest first."""
+    groups: dict[str, list[float]] = {}
+    for label, mb in processes.values():
+        groups.setdefault(label, []).append(mb)
+    parts = sorted(groups.items(), key=lambda item: -sum(item[1]))
+    return ", ".join(f"{'' if len(mbs) == 1 else f'{len(mbs)} x '}{label} {sum(mbs):,.0f} MB" for label, mbs in parts)
 
 
 class RssSampler:
@@ -44,6 +77,8 @@ class RssSampler:
         self.pids = pids
         self.interval_s = interval_s
         self.samples: list[tuple[float, dict[str, float]]] = []
+        self._peak_processes: dict[str, dict[int, tuple[str, float]]] = {}
+        self._highest_total = -1.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.began = time.time()
@@ -58,10 +93,13 @@ class RssSampler:
 
     def _run(self) -> None:
         while True:
-            reading = {}
+            reading, processes = {}, {}
             for name, pid in self.pids.items():
                 current = pid()
-                reading[name] = process_tree_rss_mb(current) if current else 0.0
+                processes[name] = process_tree_rss(current) if current else {}
+                reading[name] = sum(mb for _, mb in processes[name].values())
+            if sum(reading.values()) > self._highest_total:
+                self._highest_total, self._peak_processes = sum(reading.values()), processes
             self.samples.append((time.time() - self.began, reading))
             if self._stop.wait(self.interval_s):
                 return
@@ -77,3 +115,8 @@ class RssSampler:
     def peak_total(self) -> float:
         """The highest sum of all the named trees within one sample (MB)."""
         return max((sum(reading.values()) for _, reading in self.samples), default=0.0)
+
+    def peak_breakdown(self) -> str:
+        """The processes behind :meth:`peak_total`, grouped by label per named tree."""
+        return "; ".join(f"{name}: {breakdown(processes)}" for name, processes in self._peak_processes.items()
+                         if processes)

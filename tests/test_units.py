@@ -232,3 +232,32 @@ def test_consumer_lag_from_a_checkpoint_and_latest_offsets(tmp_path):
     assert committed_offsets(checkpoint, "other") == (0, {})
     assert checkpoint_topic(checkpoint) == "alerts"
     assert lag_per_partition({0: 12, 1: 7, 2: 3}, {0: 5, 1: 7}) == {0: 7, 1: 0, 2: 3}
+
+
+def test_memory_of_a_process_tree_by_process():
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from skyfilter.memory import RssSampler, breakdown, process_tree_rss
+
+    script = "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.time() + 10
+        while len(process_tree_rss(parent.pid)) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        tree = process_tree_rss(parent.pid)
+        assert {label for label, _ in tree.values()} == {Path(sys.executable).name, "sleep"}
+        assert all(mb > 0 for _, mb in tree.values())
+        with RssSampler({"tree": lambda: parent.pid}, interval_s=0.05) as sampler:
+            time.sleep(0.3)
+        assert sampler.peak_total() == pytest.approx(sampler.peak("tree"))
+        assert "sleep" in sampler.peak_breakdown() and sampler.peak_breakdown().startswith("tree: ")
+    finally:
+        parent.kill()
+        parent.wait()
+    assert breakdown({1: ("java", 3000.0), 2: ("pyspark.daemon", 50.0), 3: ("pyspark.daemon", 70.0)}) == \
+        "java 3,000 MB, 2 x pyspark.daemon 120 MB"
+    assert process_tree_rss(parent.pid) == {}
