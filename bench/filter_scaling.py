@@ -28,7 +28,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench.filter_sets import write_filter_set
-from bench.harness import add_common_arguments, runs_table, settings_of
+from bench.harness import add_common_arguments, add_warm_up_flag, runs_table, settings_of
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,6 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--brokers", type=int, default=20, help="most brokers the filters are spread over (20)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per filter count; the best counts (2)")
     parser.add_argument("--max-offsets", type=int, default=1000, help="maxOffsetsPerTrigger (default 1000)")
+    add_warm_up_flag(parser, "the first language and filter count once")
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
@@ -82,6 +83,8 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         with driver_and_kafka(spark, cluster) as memory:
             results: dict[tuple[str, int], list[dict]] = {(kind, count): [] for kind in kinds for count in counts}
             runs = [(repeat, kind, count) for repeat in range(args.repeats) for kind in kinds for count in counts]
+            if args.warm_up:
+                runs.insert(0, ("warm-up", kinds[0], counts[0]))
             bar = tqdm(runs, desc="stream runs", unit="run", disable=args.quiet)
             for repeat, kind, count in bar:
                 bar.set_postfix(kind=kind, filters=count)
@@ -92,10 +95,13 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                         "--available-now", "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(args.state_dir),
                         "--set", f"stream.max_offsets_per_trigger={args.max_offsets}"]
                 run_stream(stream_args(argv), spark, lambda line: None)
-                results[(kind, count)].append(measure(spark, args.state_dir / "delta" / name / "metrics"))
+                if repeat != "warm-up":
+                    results[(kind, count)].append(measure(spark, args.state_dir / "delta" / name / "metrics"))
         rows = [row for kind in kinds for row in _rows(results, kind, counts, args)]
     notes = [f"{report.alerts} simulated Rubin alerts ({'with' if args.stamps else 'without'} cutouts), "
-             f"{visits} visit(s); maxOffsetsPerTrigger {args.max_offsets}; best of {args.repeats} run(s) per count.",
+             f"{visits} visit(s); maxOffsetsPerTrigger {args.max_offsets}; best of {args.repeats} run(s) per count"
+             + (f"; one unmeasured run ({kinds[0]}, {counts[0]} filters) first warmed the driver." if args.warm_up
+                else "; no warm-up run: the first row pays for a cold driver."),
              "stream: alerts / (end of last batch - start of first): filters, Kafka delivery and Delta archive.",
              "filter + deliver: alerts / summed time from batch start to the Kafka write's acknowledgement."]
     for kind in kinds:

@@ -24,6 +24,14 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def add_warm_up_flag(parser: argparse.ArgumentParser, first_run: str) -> None:
+    """``--warm-up/--no-warm-up``: whether ``first_run`` goes first, unmeasured, so the first measured run
+    does not pay for a cold driver (JIT compilation, Python worker start-up)."""
+    parser.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
+                        help=f"first run {first_run}, unmeasured, so the first measurement does not pay for a "
+                             "cold driver (JIT, Python workers); default yes")
+
+
 def runs_table(args: argparse.Namespace) -> Path:
     """Where this run is recorded: ``--runs-table`` or ``<state-dir>/bench_runs``."""
     return args.runs_table or args.state_dir / "bench_runs"

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness import add_common_arguments, runs_table, settings_of
+from bench.harness import add_common_arguments, add_warm_up_flag, runs_table, settings_of
 
 P99_TARGET_MS = 2000
 
@@ -38,9 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--brokers", type=int, default=20, help="brokers the filters are spread over (default 20)")
     parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
     parser.add_argument("--max-offsets", type=int, help="maxOffsetsPerTrigger (default: the config's)")
-    parser.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
-                        help="first run one unmeasured visit, so the first trigger does not pay for a cold "
-                             "driver (JIT, Python workers); default yes")
+    add_warm_up_flag(parser, "one visit")
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
