@@ -70,7 +70,8 @@ def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g") -> Ite
 
     The previous run's Kafka data, tables and checkpoints are removed first (a
     full-size run leaves tens of GB); its results live on in the results folder
-    and the ``bench_runs`` table, and the cached visits are kept.
+    and the ``bench_runs`` table, and the cached visits are kept, and so are the
+    error logs of failed streams (moved to ``<state_dir>/errors``).
     """
     import shutil
 
@@ -84,6 +85,9 @@ def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g") -> Ite
                              f"their state folder between runs, so give them another one")
     cfg.set("state_dir", str(state_dir))
     LocalKafka(cfg).stop()
+    for log in (state_dir / "run").glob("*.error.log"):
+        (state_dir / "errors").mkdir(exist_ok=True)
+        shutil.move(log, state_dir / "errors" / log.name)
     for name in RUN_STATE:
         shutil.rmtree(state_dir / name, ignore_errors=True)
     if bootstrap:

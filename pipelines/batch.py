@@ -31,7 +31,7 @@ from pipelines.archive import record_schema, split_archive, with_message_hash
 from pipelines.caps import VisitCaps
 from pipelines.decode import is_accepted
 from pipelines.fanout import MATCHES, deadletter_messages, evaluate, kafka_messages, match_rows
-from pipelines.filter_eval import ERROR_SUFFIX, PYTHON_COLUMN, SAMPLE_SUFFIX, SECONDS_SUFFIX, filter_column
+from pipelines.filter_eval import PYTHON_COLUMN, REPORT_FIELD, filter_column, merge_reports
 from pipelines.monitoring import StreamMonitor
 from pipelines.nightly_topics import NightlyTopics
 from pipelines.quarantine import Quarantine
@@ -145,23 +145,22 @@ class BatchProcessor:
             F.percentile_approx(latency, [0.5, 0.95, 0.99], 10000).alias("latency"),
             F.max(latency).alias("latency_max"),
         ]
+        python = [spec.name for spec in self.plan.filters if spec.kind == "python"]
+        if python:
+            aggregates.append(F.collect_list(F.col(PYTHON_COLUMN)[REPORT_FIELD]).alias("python_reports"))
         for spec in self.plan.filters:
             aggregates.append(F.count_if(F.col(filter_column(spec.name))).alias(f"f:{spec.name}"))
-            if spec.kind == "python":
-                side = F.col(PYTHON_COLUMN)
-                aggregates += [F.first(side[spec.name + ERROR_SUFFIX], ignorenulls=True).alias(f"e:{spec.name}"),
-                               F.first(side[spec.name + SAMPLE_SUFFIX], ignorenulls=True).alias(f"s:{spec.name}"),
-                               F.sum(side[spec.name + SECONDS_SUFFIX]).alias(f"t:{spec.name}")]
         row = evaluated.agg(*aggregates).first().asDict()
         percentiles = row["latency"] or [None, None, None]
+        reports = merge_reports(row.get("python_reports") or [])
         return {
             "input_alerts": row["input_alerts"], "rejected": row["rejected"],
             "archived": row["input_alerts"] - row["rejected"],
             "latency": percentiles, "latency_max": row["latency_max"],
             "by_filter": {k[2:]: v for k, v in row.items() if k.startswith("f:")},
-            "errors": {k[2:]: v for k, v in row.items() if k.startswith("e:") and v},
-            "samples": {k[2:]: v for k, v in row.items() if k.startswith("s:") and v},
-            "seconds": {k[2:]: v or 0.0 for k, v in row.items() if k.startswith("t:")},
+            "errors": {name: r["error"] for name, r in reports.items() if r["error"]},
+            "samples": {name: r["sample"] for name, r in reports.items() if r["error"] and r["sample"]},
+            "seconds": {name: reports.get(name, {}).get("seconds", 0.0) for name in python},
         }
 
     def _archive_frames(self, evaluated: DataFrame, batch_id: int) -> tuple[DataFrame, DataFrame]:

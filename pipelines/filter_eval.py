@@ -3,14 +3,16 @@
 SQL filters become Spark expressions (no Python in the loop).  All Python
 filters of a stream share one vectorized pandas UDF, so each batch crosses
 into Python once; a filter that raises is isolated there: its column is null
-for that batch and its error travels back to the driver in a side column.
+for that batch and its error travels back to the driver in a side report.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
+import numpy as np
 import pandas as pd
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
@@ -22,9 +24,7 @@ from pipelines.sql_filters import analyze_sql, explain
 from skyfilter.filter_loader import FilterProblem, FilterSpec, filter_function
 
 PYTHON_COLUMN = "_python_filters"
-ERROR_SUFFIX = "__error"
-SAMPLE_SUFFIX = "__sample_alert"
-SECONDS_SUFFIX = "__seconds"
+REPORT_FIELD = "_report"
 
 # pyspark logs every analysis error with a full JVM stack trace; we report our own one-liners.
 for _logger in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
@@ -83,47 +83,56 @@ def _check_python(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> Filte
 def python_filters_column(specs: list[FilterSpec], accepted: Column) -> Column:
     """One pandas UDF evaluating every Python filter.
 
-    Returns a struct with, per filter: its verdict, and on the first row of
-    each Arrow batch its error (if it raised), a sample alert id of that batch,
-    and the seconds it spent.  Only rows where ``accepted`` is true reach the
-    filters (a rejected message has no alert); the others get a null verdict.
+    Returns a struct with each filter's verdict and a ``_report`` field: on the
+    first row of each Arrow batch, a JSON object giving per filter the seconds
+    it spent, and if it raised, its error and an alert id of that batch
+    (:func:`merge_reports` sums them on the driver).  Only rows where
+    ``accepted`` is true reach the filters (a rejected message has no alert);
+    the others get a null verdict.
     """
     columns = list(dict.fromkeys(c for spec in specs for c in spec.columns))
     plan = [(spec, [columns.index(c) for c in spec.columns]) for spec in specs]
-    fields = []
-    for spec in specs:
-        fields += [T.StructField(spec.name, T.BooleanType()),
-                   T.StructField(spec.name + ERROR_SUFFIX, T.StringType()),
-                   T.StructField(spec.name + SAMPLE_SUFFIX, T.StringType()),
-                   T.StructField(spec.name + SECONDS_SUFFIX, T.DoubleType())]
+    fields = [T.StructField(spec.name, T.BooleanType()) for spec in specs]
+    fields.append(T.StructField(REPORT_FIELD, T.StringType()))
 
     def evaluate(mask, alert_ids, *series):
         rows = len(mask)
         keep = mask.fillna(False).astype(bool).to_numpy()
+        kept = int(keep.sum())
         inputs = [s[keep].reset_index(drop=True).infer_objects() for s in series]
-        sample = alert_ids[keep].iloc[0] if keep.any() else None
-        out = {}
+        sample = alert_ids[keep].iloc[0] if kept else None
+        out, report = {}, {}
         for spec, positions in plan:
-            verdict, error = pd.Series([None] * rows, dtype="boolean"), None
+            values, missing = np.zeros(rows, dtype=bool), np.ones(rows, dtype=bool)
             began = time.perf_counter()
+            entry = {}
             try:
-                if keep.any():
-                    verdict[keep] = as_verdict(filter_function(spec)(*[inputs[i] for i in positions]),
-                                               int(keep.sum())).to_numpy()
+                if kept:
+                    verdict = as_verdict(filter_function(spec)(*[inputs[i] for i in positions]), kept)
+                    values[keep] = verdict.fillna(False).to_numpy(dtype=bool)
+                    missing[keep] = verdict.isna().to_numpy()
             except Exception as exc:  # noqa: BLE001 - a failing filter must not stop the others
-                verdict, error = pd.Series([None] * rows, dtype="boolean"), f"{type(exc).__name__}: {exc}"
-            out[spec.name] = verdict
-            out[spec.name + ERROR_SUFFIX] = _first_row(error, rows)
-            out[spec.name + SAMPLE_SUFFIX] = _first_row(sample if error else None, rows)
-            out[spec.name + SECONDS_SUFFIX] = _first_row(time.perf_counter() - began, rows)
+                values[:], missing[:] = False, True
+                entry = {"error": f"{type(exc).__name__}: {exc}", "sample": sample}
+            out[spec.name] = pd.arrays.BooleanArray(values, missing)
+            report[spec.name] = {"seconds": time.perf_counter() - began, **entry}
+        out[REPORT_FIELD] = pd.Series([json.dumps(report)] + [None] * (rows - 1), dtype=object)
         return pd.DataFrame(out)
 
     return pandas_udf(evaluate, T.StructType(fields))(accepted, F.col("alert_id"), *[F.col(c) for c in columns])
 
 
-def _first_row(value, rows: int) -> pd.Series:
-    """A column holding ``value`` on its first row only (per-Arrow-batch facts, summed on the driver)."""
-    return pd.Series([value] + [None] * (rows - 1), dtype=object)
+def merge_reports(reports: list[str]) -> dict[str, dict]:
+    """The Arrow batches' reports of :func:`python_filters_column` as one per filter:
+    ``{"seconds": total, "error": first error or None, "sample": its alert id or None}``."""
+    merged: dict[str, dict] = {}
+    for text in reports:
+        for name, entry in json.loads(text).items():
+            total = merged.setdefault(name, {"seconds": 0.0, "error": None, "sample": None})
+            total["seconds"] += entry["seconds"]
+            if entry.get("error") and not total["error"]:
+                total["error"], total["sample"] = entry["error"], entry.get("sample")
+    return merged
 
 
 def as_verdict(result, rows: int) -> pd.Series:

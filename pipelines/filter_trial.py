@@ -25,7 +25,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pipelines.decode import decode, is_accepted
-from pipelines.filter_eval import PYTHON_COLUMN, SECONDS_SUFFIX, add_filter_columns, filter_column, validate_filters
+from pipelines.filter_eval import (
+    PYTHON_COLUMN,
+    REPORT_FIELD,
+    add_filter_columns,
+    filter_column,
+    merge_reports,
+    validate_filters,
+)
 from pipelines.night_reader import NightSelection, read_messages
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA
 from pipelines.tables import table_paths
@@ -140,10 +147,10 @@ def _python_timings(spark: SparkSession, evaluated: DataFrame, spec: FilterSpec)
     before = spark.conf.get(key)
     spark.conf.set(key, "1")
     try:
-        seconds = evaluated.select(F.col(PYTHON_COLUMN)[spec.name + SECONDS_SUFFIX].alias("s")).collect()
+        reports = evaluated.select(F.col(PYTHON_COLUMN)[REPORT_FIELD].alias("report")).collect()
     finally:
         spark.conf.set(key, before)
-    return [row.s * 1000.0 for row in seconds if row.s is not None]
+    return [merge_reports([row.report])[spec.name]["seconds"] * 1000.0 for row in reports if row.report]
 
 
 def _sql_timings(sample: DataFrame, spec: FilterSpec, scanned: int) -> tuple[list[float], str]:
