@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                ("deliver_ratio", "x 1 filter")]
     return write_results(args.results, "filter_scaling", "Filter scaling: SQL and Python filters", rows, columns,
                          notes, settings_of(args), args.command, _plot(rows),
-                         memory.peaks(), runs_table(args))
+                         memory.peaks(), runs_table(args), memory.peak_breakdown())
 
 
 def _rows(results: dict[tuple[str, int], list[dict]], kind: str, counts: list[int],

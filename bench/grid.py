@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
              "consuming); this machine has 2 cores, shared by producers, Kafka and consumers."]
     return write_results(args.results, "grid", "DMTN-028 grid: producers x partitions x stamps", rows, columns,
                          notes, settings_of(args), args.command, _plot(rows),
-                         memory.peaks(), runs_table(args))
+                         memory.peaks(), runs_table(args), memory.peak_breakdown())
 
 
 def _plot(rows: list[dict]):

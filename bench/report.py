@@ -51,18 +51,20 @@ def _cell(value) -> str:
 
 def write_results(folder: Path, name: str, title: str, rows: list[dict], columns: list[tuple[str, str]],
                   notes: list[str], settings: dict, command: str, figure=None,
-                  peak_rss_mb: dict[str, float] | None = None, runs_table: Path | None = None) -> dict[str, Path]:
+                  peak_rss_mb: dict[str, float] | None = None, runs_table: Path | None = None,
+                  peak_breakdown: str | None = None) -> dict[str, Path]:
     """Write ``<name>.json``, ``.csv``, ``.md`` (and ``.png`` when a figure is given) into ``folder``.
 
     ``peak_rss_mb`` is the highest resident memory of each process of the run
-    (driver, Kafka, ...); with ``runs_table`` the run is also appended to that
+    (driver, Kafka, ...) and ``peak_breakdown`` the processes behind the highest
+    total (:meth:`skyfilter.memory.RssSampler.peak_breakdown`); with ``runs_table`` the run is also appended to that
     ``bench_runs`` Delta table, so runs can be compared over time with SQL.
     """
     folder.mkdir(parents=True, exist_ok=True)
     peaks = {process: round(mb) for process, mb in (peak_rss_mb or {}).items()}
     info = {"benchmark": name, "title": title, "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": machine(), "command": command, "settings": settings, "peak_rss_mb": peaks,
-            "results": rows, "notes": notes}
+            "peak_breakdown": peak_breakdown, "results": rows, "notes": notes}
     paths = {kind: folder / f"{name}.{kind}" for kind in ("json", "csv", "md")}
     paths["json"].write_text(json.dumps(info, indent=1, default=str))
     with paths["csv"].open("w", newline="") as handle:
@@ -76,7 +78,8 @@ def write_results(folder: Path, name: str, title: str, rows: list[dict], columns
             f"Command: `{info['command']}` ({info['finished_at']})", ""]
     if peaks:
         text[-1:-1] = ["", "Peak memory (RSS): " + ", ".join(f"{process} {mb:,} MB" for process, mb in peaks.items())
-                       + f"; {sum(peaks.values()):,} MB together."]
+                       + f"; {sum(peaks.values()):,} MB together."
+                       + (f"\nAt the highest total: {peak_breakdown}." if peak_breakdown else "")]
     text += [f"* {note}" for note in notes]
     if figure is not None:
         paths["png"] = folder / f"{name}.png"

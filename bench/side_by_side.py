@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                ("seconds", "wall s"), ("alerts_per_s", "alerts/s"), ("x_raw", "x raw consume")]
     return write_results(args.results, "side_by_side", "Side by side: the consume limit, per-filter processes, "
                          "skyfilter", rows, columns, notes, settings_of(args), args.command, _plot(rows),
-                         memory.peaks(), runs_table(args))
+                         memory.peaks(), runs_table(args), memory.peak_breakdown())
 
 
 def _plot(rows: list[dict]):

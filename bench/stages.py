@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     columns = [("stage", "stage"), ("best_s", "s"), ("alerts_per_s", "alerts/s"), ("mb_per_s", "MB/s")]
     return write_results(args.results, "stages", "Where the time goes: the hot path's stages in Spark", rows,
                          columns, notes, settings_of(args), args.command, _plot(rows),
-                         memory.peaks(), runs_table(args))
+                         memory.peaks(), runs_table(args), memory.peak_breakdown())
 
 
 def _plot(rows: list[dict]):

@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                                                           "goal 100,000).")]
     return write_results(args.results, "sustained", "Sustained rate: lag and memory over a night", rows, columns,
                          notes, settings_of(args), args.command, _plot(runs),
-                         memory.peaks(), runs_table(args))
+                         memory.peaks(), runs_table(args), memory.peak_breakdown())
 
 
 def _plot(runs: list[dict]):

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                                            f"{asap['offered_per_s']:.0f} alerts/s offered)."))
     return write_results(args.results, "trigger_sweep", "Trigger sweep: latency and throughput per trigger interval",
                          rows, columns, notes, settings_of(args), args.command, _plot(rows),
-                         memory.peaks(), runs_table(args))
+                         memory.peaks(), runs_table(args), memory.peak_breakdown())
 
 
 def _plot(rows: list[dict]):

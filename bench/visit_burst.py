@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
              "16.5 s mean."]
     return write_results(args.results, "visit_burst", "Visit burst: a 10,000-alert visit through 100 filters",
                          rows, columns, notes, settings_of(args), args.command, _plot(runs[-1]),
-                         memory.peaks(), runs_table(args))
+                         memory.peaks(), runs_table(args), memory.peak_breakdown())
 
 
 def _plot(result: dict):

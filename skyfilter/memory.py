@@ -20,6 +20,10 @@ def process_tree_rss(pid: int) -> dict[int, tuple[str, float]]:
 
     Forked workers (pyspark's) share pages with their parent, so the sum
     over-counts a little: it is an upper bound, which is what a budget needs.
+    A JVM's child that still runs the JVM's own command line is left out: it
+    is a ``posix_spawn`` in progress (Hadoop runs ``chmod`` and ``readlink``
+    this way on every Delta write) and shares the JVM's memory until it execs,
+    so counting it would count the whole JVM twice.
     """
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -28,24 +32,38 @@ def process_tree_rss(pid: int) -> dict[int, tuple[str, float]]:
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = {}, [pid]
+    found, todo = {}, [(pid, None)]
     while todo:
-        current = todo.pop()
-        todo += children.get(current, [])
+        current, parent_argv = todo.pop()
+        argv = command_line(current)
+        if spawning_copy(argv, parent_argv):
+            continue
+        todo += [(child, argv) for child in children.get(current, [])]
         try:
             rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{current}/status").read_text().splitlines()
                           if line.startswith("VmRSS:"))
-            found[current] = (process_label(current), rss_kb / 1024)
+            found[current] = (process_label(argv), rss_kb / 1024)
         except (OSError, StopIteration):
             pass
     return found
 
 
-def process_label(pid: int) -> str:
-    """A short name for a process: its program, or the Python module or script it runs."""
+def spawning_copy(argv: list[str], parent_argv: list[str] | None) -> bool:
+    """Whether a process is a JVM's child that has not yet exec'd its new program (and shares the JVM's memory)."""
+    return bool(argv) and argv == parent_argv and Path(argv[0]).name == "java"
+
+
+def command_line(pid: int) -> list[str]:
+    """A process's argv ([] once it is gone)."""
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0").split("\0")
     except OSError:
+        return []
+
+
+def process_label(argv: list[str]) -> str:
+    """A short name for a process: its program, or the Python module or script it runs."""
+    if not argv or not argv[0]:
         return "?"
     program = Path(argv[0]).name
     if program.startswith("python"):

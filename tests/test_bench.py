@@ -34,6 +34,8 @@ def _run(main, name: str, options: list[str], kafka_cfg, tmp_path: Path, capsys)
     assert result["machine"]["cores"] and result["machine"]["spark"] and f"bench.{name}" in result["command"]
     assert result["peak_rss_mb"] and all(mb >= 0 for mb in result["peak_rss_mb"].values())
     assert "Peak memory (RSS)" in (results / f"{name}.md").read_text()
+    if result["peak_rss_mb"].get("driver"):
+        assert "driver: java" in result["peak_breakdown"]
     assert "| " in capsys.readouterr().out
     return result
 

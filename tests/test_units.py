@@ -240,7 +240,7 @@ def test_memory_of_a_process_tree_by_process():
     import time
     from pathlib import Path
 
-    from skyfilter.memory import RssSampler, breakdown, process_tree_rss
+    from skyfilter.memory import RssSampler, breakdown, process_label, process_tree_rss, spawning_copy
 
     script = "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"
     parent = subprocess.Popen([sys.executable, "-c", script])
@@ -261,3 +261,8 @@ def test_memory_of_a_process_tree_by_process():
     assert breakdown({1: ("java", 3000.0), 2: ("pyspark.daemon", 50.0), 3: ("pyspark.daemon", 70.0)}) == \
         "java 3,000 MB, 2 x pyspark.daemon 120 MB"
     assert process_tree_rss(parent.pid) == {}
+    java = ["/usr/lib/jvm/java-17-openjdk-amd64/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]
+    assert spawning_copy(java, java) and not spawning_copy(["chmod", "644", "f"], java)
+    daemon = ["/venv/bin/python", "-m", "pyspark.daemon", "pyspark.worker"]
+    assert not spawning_copy(daemon, daemon)  # forked Python workers hold memory of their own: counted
+    assert process_label(daemon) == "pyspark.daemon" and process_label(java) == "java"
