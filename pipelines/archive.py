@@ -35,9 +35,7 @@ def with_message_hash(messages: DataFrame) -> DataFrame:
 
 
 def split_archive(accepted: DataFrame, cutouts: list[str]) -> tuple[DataFrame, DataFrame]:
-    """(alerts, cutouts) rows to archive for decoded, accepted alerts (the hash last, computed here if absent)."""
-    if HASH_COLUMN not in accepted.columns:
-        accepted = with_message_hash(accepted)
+    """(alerts, cutouts) rows to archive for decoded, accepted alerts carrying :func:`with_message_hash`."""
     kept = [F.col(f"`{c}`") for c in accepted.columns if c not in {*cutouts, "kafka_value", HASH_COLUMN}]
     alerts = accepted.select(*kept, HASH_COLUMN)
     images = accepted.select(*MESSAGE_KEY, "alert_id", *cutouts)

@@ -83,7 +83,7 @@ class BatchProcessor:
         probe = self.spark.createDataFrame([(None, None, self.plan.topic, 0, -1, None, 0)], KAFKA_SOURCE_SCHEMA)
         evaluated = evaluate(self.plan.decode(probe), self.plan.filters, self.plan.brokers)
         evaluated.agg(F.count(F.lit(1))).collect()
-        empty_alerts, empty_cutouts = self._archive_frames(evaluated.limit(0), 0)
+        empty_alerts, empty_cutouts = self._archive_frames(self._for_cache(evaluated).limit(0), 0)
         empty_metrics = self.spark.createDataFrame([], METRICS_SCHEMA)
         record_schema(self.spark, self.plan.tables["schemas"], self.plan.schema_id, self.plan.schema_json)
         for frame, path, partition in ((empty_alerts, self.plan.tables["alerts"], "night"),

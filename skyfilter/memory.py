@@ -15,8 +15,22 @@ def own_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def process_tree_rss(pid: int) -> dict[int, tuple[str, float]]:
+def children_by_parent() -> dict[int, list[int]]:
+    """Every running process's children, by parent pid (one scan of /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    return children
+
+
+def process_tree_rss(pid: int, children: dict[int, list[int]] | None = None) -> dict[int, tuple[str, float]]:
     """Resident memory (MB) of a process and each of its descendants, by pid, with a short label.
+
+    ``children`` is a :func:`children_by_parent` scan to reuse (one is made if absent).
 
     Forked workers (pyspark's) share pages with their parent, so the sum
     over-counts a little: it is an upper bound, which is what a budget needs.
@@ -25,13 +39,7 @@ def process_tree_rss(pid: int) -> dict[int, tuple[str, float]]:
     this way on every Delta write) and shares the JVM's memory until it execs,
     so counting it would count the whole JVM twice.
     """
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    children = children_by_parent() if children is None else children
     found, todo = {}, [(pid, None)]
     while todo:
         current, parent_argv = todo.pop()
@@ -74,11 +82,6 @@ def process_label(argv: list[str]) -> str:
     return program
 
 
-def process_tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants (MB); 0 once it is gone."""
-    return sum(mb for _, mb in process_tree_rss(pid).values())
-
-
 def breakdown(processes: dict[int, tuple[str, float]]) -> str:
     """'java 3,812 MB, 6 x pyspark.daemon 610 MB, ...': processes grouped by label, largest first."""
     groups: dict[str, list[float]] = {}
@@ -111,10 +114,10 @@ class RssSampler:
 
     def _run(self) -> None:
         while True:
-            reading, processes = {}, {}
+            reading, processes, children = {}, {}, children_by_parent()
             for name, pid in self.pids.items():
                 current = pid()
-                processes[name] = process_tree_rss(current) if current else {}
+                processes[name] = process_tree_rss(current, children) if current else {}
                 reading[name] = sum(mb for _, mb in processes[name].values())
             if sum(reading.values()) > self._highest_total:
                 self._highest_total, self._peak_processes = sum(reading.values()), processes
@@ -132,7 +135,7 @@ class RssSampler:
 
     def peak_total(self) -> float:
         """The highest sum of all the named trees within one sample (MB)."""
-        return max((sum(reading.values()) for _, reading in self.samples), default=0.0)
+        return max(self._highest_total, 0.0)
 
     def peak_breakdown(self) -> str:
         """The processes behind :meth:`peak_total`, grouped by label per named tree."""
