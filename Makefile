@@ -45,7 +45,8 @@ $(LOCAL)/kafka/libs/.resolved: conf/kafka/pom.xml conf/versions.env
 # Spark: pyspark's own conf folder points to .local/spark-conf, which holds
 # conf/spark-defaults.conf plus the connector jars (Kafka, Avro, Delta) that
 # Spark's Ivy resolves once into .local/ivy; spark-submit and python agree.
-$(LOCAL)/spark-conf/.installed: conf/spark-defaults.conf conf/spark-log4j2.properties conf/versions.env $(VENV)/.installed
+$(LOCAL)/spark-conf/.installed: conf/spark-defaults.conf conf/spark-log4j2.properties conf/fairscheduler.xml \
+                                conf/versions.env $(VENV)/.installed
 	mkdir -p $(LOCAL)/spark-conf
 	rm -rf $(SPARK_HOME)/conf && ln -s $(LOCAL)/spark-conf $(SPARK_HOME)/conf
 	$(PY) -m pipelines.session --install $(LOCAL)/spark-conf

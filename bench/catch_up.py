@@ -4,13 +4,15 @@
 
 Produces the night first (no stream running), then starts
 ``pipelines/filter_stream.py --available-now`` once per ``maxOffsetsPerTrigger``
-value, each run a separate process with its own checkpoint and archive, over
-the same backlog and with the project's own filters and brokers.  While it
+value (both lanes' bound), each run a separate process with its own checkpoints
+and archive, over the same backlog and with the project's own filters and
+brokers: the delivery lane catches up first, then the archive lane, whose
+batches (cached while their tables are written) are what needs memory.  While it
 runs, the resident memory of the stream's whole process tree (driver JVM,
 Python driver and workers) and of the Kafka JVM is sampled every 0.5 s.
 
-Reports per setting: batches, the largest batch, catch-up time (first batch
-start to last batch end) and rate, and peak memory.  The point: the batch size,
+Reports per setting: archive batches, the largest, catch-up time (first
+delivery batch start to last archive batch end) and rate, and peak memory.  The point: the batch size,
 not the backlog, sets the memory a catch-up needs.  Writes
 ``catch_up.{json,csv,md,png}`` into ``--results``.
 """
@@ -29,7 +31,8 @@ from tqdm import tqdm
 
 from bench.harness import ROOT, add_common_arguments, kafka_pid, runs_table, settings_of
 
-BATCH_LINE = re.compile(r"^batch (\d+): (\d+) alerts.* done in ([\d.]+) s")
+BATCH_LINE = re.compile(r"^archive batch (\d+): (\d+) alerts archived, (\d+) rejected.* done in ([\d.]+) s")
+DELIVERY_LINE = re.compile(r"^batch (\d+): (\d+) alerts.* delivered in ([\d.]+) s")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,7 +55,8 @@ def catch_up(cfg, topic: str, name: str, max_offsets: int, state_dir: Path, kafk
 
     command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", topic, "--name", name,
                "--available-now", "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(state_dir),
-               "--set", f"stream.max_offsets_per_trigger={max_offsets}"]
+               "--set", f"stream.max_offsets_per_trigger={max_offsets}",
+               "--set", f"archive.max_offsets_per_trigger={max_offsets}"]
     began = time.time()
     log_path = state_dir / f"{name}.stderr.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,14 +64,19 @@ def catch_up(cfg, topic: str, name: str, max_offsets: int, state_dir: Path, kafk
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True,
                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
     batches: list[dict] = []
+    first_start = None
     progress = tqdm(total=total, unit="alert", desc=f"catch-up, maxOffsetsPerTrigger {max_offsets}", disable=quiet)
     with RssSampler({"stream": lambda: process.pid, "kafka": kafka_pid}) as memory:
         for line in process.stdout:
+            delivered = DELIVERY_LINE.match(line.strip())
+            if delivered and first_start is None:
+                first_start = time.time() - began - float(delivered[3])
             match = BATCH_LINE.match(line.strip())
             if match:
-                batches.append({"batch": int(match[1]), "alerts": int(match[2]), "seconds": float(match[3]),
+                alerts = int(match[2]) + int(match[3])
+                batches.append({"batch": int(match[1]), "alerts": alerts, "seconds": float(match[4]),
                                 "finished": time.time() - began})
-                progress.update(int(match[2]))
+                progress.update(alerts)
         code = process.wait()
     progress.close()
     common = {"max_offsets": max_offsets, "stream_peak_mb": round(memory.peak("stream")),
@@ -76,7 +85,7 @@ def catch_up(cfg, topic: str, name: str, max_offsets: int, state_dir: Path, kafk
     if code != 0 or not batches:
         return {**common, "alerts": sum(b["alerts"] for b in batches), "batches": len(batches),
                 "outcome": _failure(log_path, code)}
-    first_start = batches[0]["finished"] - batches[0]["seconds"]
+    first_start = first_start if first_start is not None else batches[0]["finished"] - batches[0]["seconds"]
     seconds = batches[-1]["finished"] - first_start
     alerts = sum(b["alerts"] for b in batches)
     return {**common, "alerts": alerts, "batches": len(batches), "largest_batch": max(b["alerts"] for b in batches),

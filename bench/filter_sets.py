@@ -36,12 +36,15 @@ def matches(index: int, alert: dict) -> bool:
             and source.get("band") != band)
 
 
-def write_filter_set(folder: Path, count: int, kind: str, max_brokers: int) -> tuple[Path, Path]:
+def write_filter_set(folder: Path, count: int, kind: str, max_brokers: int, fmt: str = "full",
+                     cap: int | None = 20) -> tuple[Path, Path]:
     """``count`` generated filters for ``max_brokers`` brokers; (filters folder, brokers file).
 
-    Every run has the same brokers, so the output (capped per visit) stays
-    comparable and only the number of filters changes: filter i goes to
-    broker i mod B; with fewer filters than brokers, broker b takes filter b mod count.
+    Every run has the same brokers, so the output stays comparable and only the
+    number of filters changes: filter i goes to broker i mod B; with fewer
+    filters than brokers, broker b takes filter b mod count.  Each broker gets
+    ``fmt`` and a per-visit cap of ``cap`` alerts (None: every match; Real-time
+    Mode serves only uncapped brokers).
     """
     filters = folder / "filters"
     filters.mkdir(parents=True, exist_ok=True)
@@ -51,10 +54,15 @@ def write_filter_set(folder: Path, count: int, kind: str, max_brokers: int) -> t
     for index, name in enumerate(names):
         text = sql_filter(index) if kind == "sql" else python_filter(index)
         (filters / f"{name}.{'sql' if kind == 'sql' else 'py'}").write_text(text)
-    lines = ["brokers:"]
+    lines = [f"max_alerts_per_visit: {'null' if cap is None else cap}", "brokers:"]
     for b in range(max_brokers):
         subscribed = names[b::max_brokers] or [names[b % count]]
-        lines += [f"  bench_{b:02d}:", f"    filters: [{', '.join(subscribed)}]"]
+        lines += [f"  bench_{b:02d}:", f"    filters: [{', '.join(subscribed)}]", f"    format: {fmt}"]
     brokers_file = folder / "brokers.yaml"
     brokers_file.write_text("\n".join(lines) + "\n")
     return filters, brokers_file
+
+
+def cap_value(text: str) -> int | None:
+    """A ``--cap`` option: a number of alerts per visit, or ``none``."""
+    return None if str(text).lower() in ("none", "null") else int(text)

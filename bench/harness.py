@@ -32,6 +32,26 @@ def add_warm_up_flag(parser: argparse.ArgumentParser, first_run: str) -> None:
                              "cold driver (JIT, Python workers); default yes")
 
 
+def bench_spark(app: str, trigger: str = "0", partitions: int = 8):
+    """The benchmark's SparkSession with the task slots a delivery trigger needs.
+
+    Real-time Mode needs one slot per input partition plus room for the other
+    lanes; micro-batches run on the configured master (local[2]).  A running
+    session with another master is stopped first (the driver JVM stays).
+    """
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    from pipelines.realtime import slots_needed
+    from pipelines.session import get_spark
+
+    master = f"local[{slots_needed(partitions)}]" if trigger == "realtime" else SparkConf().get("spark.master")
+    active = SparkSession.getActiveSession()
+    if active is not None and active.sparkContext.master != master:
+        active.stop()
+    return get_spark(app, master=master)
+
+
 def runs_table(args: argparse.Namespace) -> Path:
     """Where this run is recorded: ``--runs-table`` or ``<state-dir>/bench_runs``."""
     return args.runs_table or args.state_dir / "bench_runs"

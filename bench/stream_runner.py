@@ -2,8 +2,9 @@
 
 The benchmark's process is then the Spark driver (local mode: the executor
 too), so its memory is the stream's memory.  A benchmark registers the topic's
-schema first, starts the stream, waits until it runs (warm), produces, waits
-until the stream has taken in every alert, then stops it.
+schema first, starts the stream (both lanes), waits until it runs (warm),
+produces, waits until the archive lane has taken in every alert (so delivery,
+which never waits for the archive, is done too), then stops it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 
-BATCH_LINE = re.compile(r"^batch (\d+): (\d+) alerts")
+DELIVERY_LINE = re.compile(r"^(?:realtime )?batch (\d+): (\d+) alerts")
+ARCHIVE_LINE = re.compile(r"^archive batch (\d+): (\d+) alerts archived, (\d+) rejected")
 
 
 @dataclass
@@ -30,15 +32,21 @@ class StreamRun:
     error: BaseException | None = None
     finished: bool = False
 
-    def alerts_in(self) -> int:
-        """Alerts the stream has taken in so far (from its batch lines)."""
-        return sum(int(m[2]) for m in map(BATCH_LINE.match, list(self.lines)) if m)
+    def alerts_in(self, lane: str = "archive") -> int:
+        """Alerts a lane has taken in so far (from its batch lines): ``delivery`` (and realtime) or ``archive``."""
+        if lane == "archive":
+            return sum(int(m[2]) + int(m[3]) for m in map(ARCHIVE_LINE.match, list(self.lines)) if m)
+        return sum(int(m[2]) for m in map(DELIVERY_LINE.match, list(self.lines)) if m)
 
-    def wait_for_alerts(self, expected: int, timeout_s: float, on_progress=None) -> None:
-        """Block until the stream has taken in ``expected`` alerts; raise if it fails or times out."""
+    def wait_for_alerts(self, expected: int, timeout_s: float, on_progress=None, lane: str = "archive") -> None:
+        """Block until a lane has taken in ``expected`` alerts; raise if the stream fails or it times out.
+
+        The archive lane is the default: it reads every alert, and a Real-time
+        delivery query reports only once per checkpoint interval.
+        """
         deadline = time.monotonic() + timeout_s
         seen = 0
-        while (current := self.alerts_in()) < expected:
+        while (current := self.alerts_in(lane)) < expected:
             if on_progress and current > seen:
                 on_progress(current - seen)
                 seen = current
@@ -47,13 +55,13 @@ class StreamRun:
                 raise SkyfilterError(f"stream '{self.name}' took in {current} of {expected} alerts "
                                      f"within {timeout_s:.0f} s")
             time.sleep(0.2)
-        if on_progress and self.alerts_in() > seen:
-            on_progress(self.alerts_in() - seen)
+        if on_progress and self.alerts_in(lane) > seen:
+            on_progress(self.alerts_in(lane) - seen)
 
     def stop(self, spark, timeout_s: float = 120) -> None:
         """Stop the stream's query and wait for its thread."""
         for query in spark.streams.active:
-            if query.name == f"filter_stream_{self.name}":
+            if query.name and query.name.startswith("skyfilter_") and query.name.endswith(f"_{self.name}"):
                 query.stop()
         if self.thread is not None:
             self.thread.join(timeout_s)
@@ -71,13 +79,14 @@ class StreamRun:
 
 def start_stream(cfg: Config, spark, topic: str, name: str, filters_dir: Path, brokers_file: Path,
                  trigger: str = "0", max_offsets: int | None = None, sets: list[str] | None = None,
-                 start_timeout_s: float = 300) -> StreamRun:
+                 start_timeout_s: float = 300, archive_trigger: str | None = None) -> StreamRun:
     """Start the stream job on ``topic`` (schema already registered) and return once it runs."""
     from pipelines.filter_stream import parse_args, run
 
     argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters_dir), "--brokers", str(brokers_file),
             "--trigger", trigger, "--wait-for-schema", "0", "--bootstrap", cfg.bootstrap_servers,
-            "--state-dir", str(cfg.get("state_dir"))]
+            "--state-dir", str(cfg.get("state_dir"))] + (["--archive-trigger", archive_trigger] if archive_trigger
+                                                            else [])
     for setting in ([f"stream.max_offsets_per_trigger={max_offsets}"] if max_offsets else []) + (sets or []):
         argv += ["--set", setting]
     stream = StreamRun(name)

@@ -6,13 +6,14 @@
 ``--minutes`` simulated minutes of visits of ``--alerts-per-visit`` alerts
 every ``--visit-seconds``.  ``--time-scale f`` keeps the rate but divides both
 the visit size and the interval by f, so the run lasts minutes/f real minutes.
-The stream runs with the ASAP trigger; the resident memory of the driver
-(JVM, executor and Python workers) and of Kafka is sampled every second, and
-the consumer lag (alerts produced but not yet delivered) is followed over time.
-``--stretch`` then runs a short night (``--stretch-minutes``) per visit size,
-smallest first, to find the largest visit size still kept up with (Rubin's
-stretch goal: 100,000 per visit).  Kept up: the lag does not grow (its slope
-over the second half of the night is at most 5% of the offered rate).
+The stream runs both lanes (delivery trigger ``--trigger``, 0 by default); the
+resident memory of the driver (JVM, executor and Python workers) and of Kafka
+is sampled every second, and each lane's lag (alerts produced but not yet
+delivered, or not yet archived) is followed over time.  ``--stretch`` then
+runs a short night (``--stretch-minutes``) per visit size, smallest first, to
+find the largest visit size still kept up with (Rubin's stretch goal: 100,000
+per visit).  Kept up: neither lag grows (its slope over the second half of the
+night is at most 5% of the offered rate).
 Writes ``sustained.{json,csv,md,png}``.
 """
 
@@ -41,6 +42,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--filters", type=int, default=100, help="generated SQL filters (default 100)")
     parser.add_argument("--brokers", type=int, default=20, help="brokers the filters are spread over (default 20)")
     parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
+    parser.add_argument("--trigger", default="0", help="delivery trigger: seconds or realtime (default 0)")
+    parser.add_argument("--format", default="full", choices=["full", "nocutouts", "lite"],
+                        help="the brokers' format (default full)")
+    parser.add_argument("--cap", default="20", help="alerts per visit and broker, or none (default 20, Rubin's; "
+                                                    "realtime serves only none)")
     parser.add_argument("--cached-visits", type=int, default=5, help="distinct visits simulated, then cycled (5)")
     add_common_arguments(parser)
     return parser.parse_args(argv)
@@ -48,11 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def night(cfg, spark, args, schema: dict, alerts_per_visit: int, minutes: float, label: str, run_id: str,
           memory) -> dict:
-    """One night at a visit size: lag over time, latency, and whether the stream kept up."""
+    """One night at a visit size: each lane's lag over time, delivery latency, and whether both kept up."""
     from bench.alert_cache import CachedSource, cached_visits
-    from bench.filter_sets import write_filter_set
+    from bench.filter_sets import cap_value, write_filter_set
+    from bench.lags import lag_growth, lag_timeline, lane_batches
     from bench.stream_runner import register_topic, start_stream
-    from pipelines.trigger_report import trigger_rows
     from producers.command import send_source
 
     per_visit = max(1, round(alerts_per_visit / args.time_scale))
@@ -62,9 +68,10 @@ def night(cfg, spark, args, schema: dict, alerts_per_visit: int, minutes: float,
                            progress=not args.quiet)
     topic, name = f"bench.sustained.{run_id}.{label}", f"sustained_{run_id}_{label}"
     filters, brokers = write_filter_set(args.state_dir / "filter_sets" / f"sustained_{args.filters}",
-                                        args.filters, "sql", args.brokers)
+                                        args.filters, "sql", args.brokers, args.format, cap_value(args.cap))
     register_topic(cfg, topic, schema)
-    stream = start_stream(cfg, spark, topic, name, filters, brokers, "0")
+    trigger = args.trigger if args.trigger == "realtime" else f"{args.trigger}s"
+    stream = start_stream(cfg, spark, topic, name, filters, brokers, trigger)
     began = time.time()
     reports: list = []
     producer = threading.Thread(target=lambda: reports.append(send_source(
@@ -78,65 +85,52 @@ def night(cfg, spark, args, schema: dict, alerts_per_visit: int, minutes: float,
     finally:
         stream.stop(spark)
     report = reports[0]
-    batches = spark.read.format("delta").load(str(args.state_dir / "delta" / name / "metrics")) \
-        .where("input_alerts > 0").orderBy("batch_id").collect()
-    row = trigger_rows(spark, cfg, [name])[0]
-    timeline = _lag_timeline(report.visits, batches, began)
+    metrics = args.state_dir / "delta" / name / "metrics"
+    sent = [(v.finish, v.alerts) for v in report.visits]
+    delivery = lag_timeline(sent, _delivered(spark, args.state_dir / "delta" / name / "matches", report.visits)
+                            if args.trigger == "realtime" else lane_batches(spark, metrics, ("delivery",)), began)
+    archive = lag_timeline(sent, lane_batches(spark, metrics, ("archive",)), began)
     last_sent = max(v.finish for v in report.visits)
-    drain = max(b.delivered_at.timestamp() for b in batches) - last_sent
-    growth = lag_growth(timeline, last_sent - began)
+    latency = spark.sql(f"""
+        SELECT percentile(ms, 0.5) AS p50, percentile(ms, 0.99) AS p99, max(delivered_at) AS last
+        FROM (SELECT unix_millis(delivered_at) - unix_millis(kafka_timestamp) AS ms, delivered_at
+              FROM delta.`{args.state_dir / 'delta' / name / 'matches'}`)""").first()
+    growth = {lane: lag_growth(points, last_sent - began) for lane, points in (("delivery", delivery),
+                                                                               ("archive", archive))}
+    allowed = 0.05 * per_visit / interval
     samples = [(t, r) for t, r in memory.samples if began - memory.began <= t]
     return {"run": label, "alerts_per_visit": alerts_per_visit, "visit_s": round(interval, 2), "visits": visits,
             "alerts": report.alerts, "offered_per_s": round(per_visit / interval, 1),
-            "sustained_per_s": round(float(row["alerts_per_s"]), 1), "max_lag": max(p["lag"] for p in timeline),
-            "drain_s": round(drain, 1), "lag_growth_per_s": round(growth, 1),
-            "kept_up": growth <= 0.05 * per_visit / interval,
-            "p50_s": round(row["p50_ms"] / 1000, 2), "p99_s": round(row["p99_ms"] / 1000, 2),
+            "delivery_max_lag": max(p["lag"] for p in delivery), "delivery_growth": round(growth["delivery"], 1),
+            "archive_max_lag": max(p["lag"] for p in archive), "archive_growth": round(growth["archive"], 1),
+            "drain_s": round(latency["last"].timestamp() - last_sent, 1) if latency["last"] else None,
+            "kept_up": growth["delivery"] <= allowed and growth["archive"] <= allowed,
+            "p50_s": round((latency["p50"] or 0) / 1000, 2), "p99_s": round((latency["p99"] or 0) / 1000, 2),
             "driver_peak_mb": round(max((r["driver"] for _, r in samples), default=0)),
             "kafka_peak_mb": round(max((r["kafka"] for _, r in samples), default=0)),
-            "timeline": timeline,
+            "timeline": {"delivery": delivery, "archive": archive},
             "memory": [{"t": round(t - (began - memory.began), 1), **r} for t, r in samples]}
 
 
-def lag_growth(timeline: list[dict], sending_s: float) -> float:
-    """How fast the lag grows (alerts/s): least-squares slope over the second half of the sending window.
-
-    A stream that keeps up has a flat lag (a slope near 0) whatever its batch
-    cycle; one that falls behind grows it by (offered - sustained) alerts/s.
-    """
-    points = [(p["t"], p["lag"]) for p in timeline if sending_s / 2 <= p["t"] <= sending_s]
-    if len(points) < 2:
-        return 0.0
-    mean_t = sum(t for t, _ in points) / len(points)
-    mean_lag = sum(lag for _, lag in points) / len(points)
-    spread = sum((t - mean_t) ** 2 for t, _ in points)
-    return sum((t - mean_t) * (lag - mean_lag) for t, lag in points) / spread if spread else 0.0
-
-
-def _lag_timeline(visits, batches, began: float) -> list[dict]:
-    """Alerts produced but not yet delivered, at every visit sent and every batch delivered."""
-    events = [(v.finish, v.alerts, 0) for v in visits] + [(b.delivered_at.timestamp(), 0, b.input_alerts)
-                                                          for b in batches]
-    produced = delivered = 0
-    points = []
-    for moment, sent, done in sorted(events):
-        produced += sent
-        delivered += done
-        points.append({"t": round(moment - began, 2), "lag": max(produced - delivered, 0)})
-    return points
+def _delivered(spark, matches, visits) -> list[tuple[float, int]]:
+    """For Real-time Mode, whose batches last a checkpoint interval: each visit counts as delivered when its last
+    match was (a visit's alerts are in one cached visit, so its id tells them apart)."""
+    rows = spark.read.format("delta").load(str(matches)).groupBy("visit_id") \
+        .agg({"delivered_at": "max"}).collect()
+    ends = sorted(r[1].timestamp() for r in rows)
+    return [(end, visit.alerts) for end, visit in zip(ends, sorted(visits, key=lambda v: v.finish), strict=False)]
 
 
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
-    from bench.harness import bench_kafka, driver_and_kafka
+    from bench.harness import bench_kafka, bench_spark, driver_and_kafka
     from bench.report import write_results
-    from pipelines.session import get_spark
     from skyfilter.avro_schemas import rubin_schema
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
         schema = rubin_schema(str(cfg.get("simulation.schema_version")))
-        spark = get_spark("skyfilter-bench-sustained")
+        spark = bench_spark("skyfilter-bench-sustained", args.trigger, int(cfg.get("topics.alerts_partitions")))
         with driver_and_kafka(spark, cluster, 1.0) as memory:
             runs = [night(cfg, spark, args, schema, args.alerts_per_visit, args.minutes, "main", run_id, memory)]
             for size in [int(v) for v in args.stretch.split(",") if v.strip()]:
@@ -144,19 +138,21 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                                   memory))
     columns = [("run", "run"), ("alerts_per_visit", "alerts/visit"), ("visit_s", "visit every s"),
                ("visits", "visits"), ("alerts", "alerts"), ("offered_per_s", "offered alerts/s"),
-               ("sustained_per_s", "sustained alerts/s"), ("max_lag", "max lag (alerts)"),
-               ("lag_growth_per_s", "lag growth alerts/s"), ("drain_s", "drain s"),
-               ("kept_up", "kept up"), ("p50_s", "p50 s"), ("p99_s", "p99 s"),
+               ("delivery_max_lag", "delivery max lag"), ("delivery_growth", "delivery lag growth /s"),
+               ("archive_max_lag", "archive max lag"), ("archive_growth", "archive lag growth /s"),
+               ("drain_s", "drain s"), ("kept_up", "kept up"), ("p50_s", "p50 s"), ("p99_s", "p99 s"),
                ("driver_peak_mb", "driver peak MB"), ("kafka_peak_mb", "Kafka peak MB")]
     rows = [{key: r[key] for key, _ in columns} for r in runs]
     kept = [r["alerts_per_visit"] for r in rows if r["kept_up"]]
     notes = [f"Main run: {args.minutes:g} simulated minutes of {args.alerts_per_visit} alerts per "
              f"{args.visit_seconds:g} s visit, time-scaled by {args.time_scale:g} (visit size and interval divided), "
              f"simulated Rubin alerts {'with' if args.stamps else 'without'} cutouts ({args.cached_visits} distinct "
-             f"visits cycled), {args.filters} SQL filters over {args.brokers} brokers, ASAP trigger.",
-             "Lag: alerts produced (visit acknowledged) minus alerts delivered (batch acknowledged), at every "
-             "event. Lag growth: its least-squares slope over the second half of the sending window. Kept up: "
-             "the lag does not grow (slope <= 5% of the offered rate).",
+             f"visits cycled), {args.filters} SQL filters over {args.brokers} brokers (format {args.format}, cap "
+             f"{args.cap}), delivery trigger {args.trigger}, the archive lane beside it.",
+             "Lag: alerts produced (visit acknowledged) minus alerts delivered (delivery batch acknowledged) or "
+             "archived (archive batch committed), at every event. Growth: its least-squares slope over the second "
+             "half of the sending window. Kept up: neither lag grows (slope <= 5% of the offered rate). Latency: "
+             "input append time to delivery of every match.",
              "Largest visit size kept up with: " + (f"{max(kept):,} alerts per {args.visit_seconds:g} s "
                                                      f"(time-scaled by {args.time_scale:g})." if kept
                                                      else "none of the sizes tried (Rubin: 10,000; stretch "
@@ -172,13 +168,16 @@ def _plot(runs: list[dict]):
     plt = pyplot()
     figure, (lag, memory) = plt.subplots(1, 2, figsize=(11, 4))
     for result in runs:
-        lag.plot([p["t"] for p in result["timeline"]], [p["lag"] for p in result["timeline"]],
-                 label=f"{result['alerts_per_visit']:,}/visit" + (" (main)" if result["run"] == "main" else ""))
+        for lane, style in (("delivery", "-"), ("archive", ":")):
+            points = result["timeline"][lane]
+            lag.plot([p["t"] for p in points], [p["lag"] for p in points], style,
+                     label=f"{lane}, {result['alerts_per_visit']:,}/visit" + (" (main)" if result["run"] == "main"
+                                                                               else ""))
     main = runs[0]
     for process in ("driver", "kafka"):
         memory.plot([s["t"] for s in main["memory"]], [s[process] for s in main["memory"]], label=process)
     lag.set_xlabel("seconds since the first visit")
-    lag.set_ylabel("consumer lag (alerts)")
+    lag.set_ylabel("lag (alerts)")
     lag.set_title("Lag")
     lag.legend(fontsize="small")
     memory.set_xlabel("seconds since the first visit (main run)")

@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
+from pipelines.tables import is_table
 from skyfilter.wire import frame
 
 MESSAGE_KEY = ["night", "kafka_topic", "kafka_partition", "kafka_offset"]
@@ -56,7 +57,7 @@ def restore_messages(alerts: DataFrame, images: DataFrame, schema_json: str, sch
 
 def record_schema(spark: SparkSession, path: Path, schema_id: int, schema_json: str) -> None:
     """Keep a writer schema in the archive's ``schemas`` table (once per id)."""
-    if (path / "_delta_log").exists():
+    if is_table(spark, path):
         known = spark.read.format("delta").load(str(path)).where(F.col("schema_id") == schema_id).count()
         if known:
             return

@@ -4,32 +4,31 @@ Which alerts are kept is deterministic: within a batch, a broker's matches
 from one visit are taken in alert id order (numeric order for numeric ids:
 shorter ids first, then lexicographic) until the cap is reached; a visit
 spread over several batches fills its cap in batch order.  The rest are not
-sent, and counted: every batch adds one row per (broker, visit) to the Delta
-``broker_visits`` table with the alerts matched, delivered and dropped by
-the cap.  A restarted stream reads what was already delivered from that
-table, so a cap holds across restarts.
+sent, and counted per (broker, visit) in the ``broker_visits`` table.
+
+The decision is part of the batch's one Spark job: a window over each visit,
+in alert id order, counts every capped broker's matches so far (one sort of
+the batch's alerts for all brokers, with the bytes of alerts that matched
+nothing left out), and an alert goes to a broker while that count stays within
+the room the visit has left.  What earlier batches delivered is a small map
+passed into the plan; the stream's delivery log restores it after a restart.
 """
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from pipelines.tables import append
+from pipelines.decode import is_accepted
+from pipelines.outgoing import any_match, keep_every_match, kept, live_brokers, matched_filters
 from skyfilter.brokers import BrokerSpec
 
-BROKER_VISITS_SCHEMA = T.StructType([
-    T.StructField("night", T.StringType()), T.StructField("visit_id", T.LongType()),
-    T.StructField("broker", T.StringType()), T.StructField("max_alerts_per_visit", T.LongType()),
-    T.StructField("matched", T.LongType()), T.StructField("delivered", T.LongType()),
-    T.StructField("dropped_by_cap", T.LongType()), T.StructField("batch_id", T.LongType()),
-])
-RECENT_NIGHTS = 2  # a visit never spans more than this many nights: older counts are not reloaded
+RECENT_NIGHTS = 2  # a visit never spans more than this many nights: older counts are forgotten
 
 
 class BrokerVisit(NamedTuple):
@@ -69,57 +68,96 @@ class CapDecision:
         return sum(row.delivered for row in self.rows)
 
 
+def capped(brokers: list[BrokerSpec]) -> list[tuple[int, BrokerSpec]]:
+    """The live brokers with a per-visit cap, with their slots."""
+    return [(slot, b) for slot, b in live_brokers(brokers) if b.max_alerts_per_visit is not None]
+
+
+def match_keys(brokers: list[BrokerSpec]) -> Column:
+    """Per alert, ``slot:visit`` for every broker it matched, comma-separated (null when none)."""
+    keys = [F.when(F.col(matched_filters(slot)).isNotNull(), F.concat(F.lit(f"{slot}:"), F.col("visit_id")))
+            for slot, _ in live_brokers(brokers)]
+    joined = F.concat_ws(",", *keys) if keys else F.lit("")
+    return F.when(joined != "", joined)
+
+
 class VisitCaps:
-    """Applies the brokers' per-visit caps across the batches of a stream."""
+    """What each capped broker already received per visit, and the cap applied to each batch."""
 
-    def __init__(self, spark: SparkSession, table: Path | None = None, app_id: str = ""):
-        """``table``: the ``broker_visits`` table to resume from and record to (None: a one-off batch)."""
-        self.spark = spark
-        self.table = table
-        self.app_id = app_id
+    def __init__(self):
         self.delivered: dict[tuple[str, int], int] = {}
-        self._resume()
+        self.nights: dict[int, str] = {}
 
-    def _resume(self) -> None:
-        if self.table is None or not (self.table / "_delta_log").exists():
-            return
-        history = self.spark.read.format("delta").load(str(self.table))
-        nights = history.select("night").distinct().orderBy(F.desc("night")).limit(RECENT_NIGHTS)
-        rows = (history.join(nights, "night").groupBy("broker", "visit_id")
-                .agg(F.sum("delivered").alias("delivered")).collect())
-        self.delivered = {(row.broker, row.visit_id): row.delivered for row in rows}
+    def decide(self, matched: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
+        """Add each live broker's ``kept`` column to alerts carrying their broker matches.
 
-    def apply(self, matches: DataFrame, brokers: list[BrokerSpec]) -> tuple[DataFrame, CapDecision]:
-        """The matches that stay within each broker's cap, and the counts to record."""
-        caps = {b.name: b.max_alerts_per_visit for b in brokers}
-        counts = (matches.groupBy(F.col("match.broker").alias("broker"), "visit_id", "night").count().collect())
-        rows, allowed = [], {}
-        for row in counts:
-            cap = caps.get(row.broker)
-            already = self.delivered.get((row.broker, row.visit_id), 0)
-            room = row["count"] if cap is None else max(0, min(row["count"], cap - already))
-            rows.append(BrokerVisit(row.night, row.visit_id, row.broker, cap, row["count"], room, row["count"] - room))
-            if room < row["count"]:
-                allowed[f"{row.broker}/{row.visit_id}"] = room
-        decision = CapDecision(rows)
-        if not allowed:
-            return matches, decision
-        key = F.concat_ws("/", F.col("match.broker"), F.col("visit_id").cast("string"))
-        candidates = matches.where(key.isin(list(allowed))).select(
-            F.col("match.broker").alias("broker"), "visit_id", "alert_id").collect()
-        by_key: dict[str, list[str]] = {}
-        for row in candidates:
-            by_key.setdefault(f"{row.broker}/{row.visit_id}", []).append(row.alert_id)
-        kept = [f"{k}/{alert_id}" for k, ids in by_key.items()
-                for alert_id in sorted(ids, key=lambda i: (len(i), i))[: allowed[k]]]
-        # Only the small (broker, visit, alert id) triples reach the driver; the wide rows never move.
-        keep = ~key.isin(list(allowed)) | F.concat_ws("/", key, F.col("alert_id")).isin(kept)
-        return matches.where(keep), decision
+        Without capped brokers this is a projection; with them, one window
+        over each visit (a shuffle inside the same job).  The bytes and fields
+        of alerts that matched nothing and decoded fine are dropped first, so
+        the shuffle carries little more than the matches.
+        """
+        with_cap = capped(brokers)
+        if not with_cap:
+            return keep_every_match(matched, brokers)
+        needed = any_match(brokers) | ~is_accepted()
+        internal = {"kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "night",
+                    "visit_id", "alert_id", "schema_id", "reject_reason"}
+        slim = matched.select(*[F.col(f"`{c}`") if c in internal or c.startswith("_matched_")
+                                else F.when(needed, F.col(f"`{c}`")).alias(c) for c in matched.columns])
+        in_visit = (Window.partitionBy("visit_id").orderBy(F.length("alert_id"), "alert_id")
+                    .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        already = F.try_element_at(F.from_json(F.lit(self._already_json(with_cap)), "map<string,array<int>>"),
+                                   F.col("visit_id").cast("string"))
+        decisions = {}
+        for position, (slot, broker) in enumerate(with_cap):
+            is_match = F.col(matched_filters(slot)).isNotNull()
+            so_far = F.count_if(is_match).over(in_visit)
+            sent = F.coalesce(F.try_element_at(already, F.lit(position + 1)), F.lit(0))
+            decisions[kept(slot)] = is_match & (so_far <= F.lit(broker.max_alerts_per_visit) - sent)
+        for slot, _ in live_brokers(brokers):
+            decisions.setdefault(kept(slot), F.col(matched_filters(slot)).isNotNull())
+        return slim.withColumns(decisions)
 
-    def record(self, decision: CapDecision, batch_id: int) -> None:
-        """Remember what was delivered, and append the batch's counts to ``broker_visits``."""
-        for row in decision.rows:
-            key = (row.broker, row.visit_id)
-            self.delivered[key] = self.delivered.get(key, 0) + row.delivered
-        frame = self.spark.createDataFrame([(*row, batch_id) for row in decision.rows], BROKER_VISITS_SCHEMA)
-        append(frame, self.table, self.app_id, batch_id, "night")
+    def _already_json(self, with_cap: list[tuple[int, BrokerSpec]]) -> str:
+        """Per visit, what each capped broker (in order) already received: a JSON map folded into the plan."""
+        names = [b.name for _, b in with_cap]
+        visits = {visit for (_, visit) in self.delivered}
+        return json.dumps({str(v): [self.delivered.get((n, v), 0) for n in names] for v in sorted(visits)})
+
+    def record(self, brokers: list[BrokerSpec], matched_keys: list[str], nights: dict[int, str]) -> CapDecision:
+        """Count a finished batch: per (broker, visit) matched, delivered and dropped; remember what was sent.
+
+        ``matched_keys`` are the batch's ``slot:visit`` keys (see :func:`match_keys`),
+        ``nights`` the night of each visit in the batch.
+        """
+        self.nights.update(nights)
+        by_slot = dict(live_brokers(brokers))
+        rows = []
+        for (slot, visit), count in sorted(Counter(_split_key(k) for k in matched_keys if k).items()):
+            broker = by_slot[slot]
+            cap = broker.max_alerts_per_visit
+            already = self.delivered.get((broker.name, visit), 0)
+            delivered = count if cap is None else max(0, min(count, cap - already))
+            rows.append(BrokerVisit(self.nights.get(visit, ""), visit, broker.name, cap, count, delivered,
+                                    count - delivered))
+            if cap is not None:
+                self.delivered[(broker.name, visit)] = already + delivered
+        self._forget_old_nights()
+        return CapDecision(rows)
+
+    def restore(self, rows: list[tuple[str, int, str, int]]) -> None:
+        """Resume from (night, visit, broker, delivered) rows of earlier batches (the delivery log)."""
+        for night, visit, broker, delivered in rows:
+            self.nights[visit] = night
+            self.delivered[(broker, visit)] = self.delivered.get((broker, visit), 0) + delivered
+        self._forget_old_nights()
+
+    def _forget_old_nights(self) -> None:
+        recent = set(sorted(set(self.nights.values()), reverse=True)[:RECENT_NIGHTS])
+        self.delivered = {k: v for k, v in self.delivered.items() if self.nights.get(k[1]) in recent}
+        self.nights = {visit: night for visit, night in self.nights.items() if night in recent}
+
+
+def _split_key(key: str) -> tuple[int, int]:
+    slot, _, visit = key.partition(":")
+    return int(slot), int(visit)

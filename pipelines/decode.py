@@ -2,6 +2,10 @@
 
 Messages that cannot be decoded with the topic's schema are not dropped:
 they keep their bytes and get a ``reject_reason`` (null for good alerts).
+
+The delivery lane decodes with a *reader schema* that leaves the cutouts out
+(Avro schema resolution skips their bytes: filters never read images); the
+archive lane decodes everything.
 """
 
 from __future__ import annotations
@@ -34,8 +38,13 @@ def night_of(time_mjd: Column, offset_hours: float) -> Column:
 
 
 def decode(raw: DataFrame, schema_json: str, schema_id: int, columns: AlertColumns,
-           night_offset_hours: float, max_bytes: int | None = None) -> DataFrame:
-    """One row per Kafka message: Kafka metadata, derived columns, then the alert's fields."""
+           night_offset_hours: float, max_bytes: int | None = None, reader_json: str | None = None) -> DataFrame:
+    """One row per Kafka message: Kafka metadata, derived columns, then the alert's fields.
+
+    ``schema_json`` is the writer schema of the topic; with ``reader_json`` the
+    alert is resolved onto that schema instead (fields it leaves out are skipped).
+    """
+    options = {"mode": "PERMISSIVE", **({"avroSchema": reader_json} if reader_json else {})}
     value = F.col("value")
     header_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
     framed_ok = value.isNotNull() & (F.length(value) >= 5) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
@@ -47,7 +56,7 @@ def decode(raw: DataFrame, schema_json: str, schema_id: int, columns: AlertColum
         F.col("offset").alias("kafka_offset"), F.col("timestamp").alias("kafka_timestamp"),
         F.col("key").alias("kafka_key"), F.col("value").alias("kafka_value"),
         F.when(framed_ok, header_id).alias("schema_id"),
-        F.when(framed_ok & (header_id == schema_id), from_avro(body, schema_json, {"mode": "PERMISSIVE"}))
+        F.when(framed_ok & (header_id == schema_id), from_avro(body, schema_json, options))
         .alias("_alert"),
     )
     reason = (F.when(F.col("kafka_value").isNull(), F.lit("null value"))

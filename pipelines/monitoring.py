@@ -1,18 +1,21 @@
-"""What a running stream tells its operators: Prometheus metrics, and the same figures for the Delta table.
+"""What a running stream tells its operators: Prometheus metrics per lane, and the same figures for Delta.
 
-Every batch, :class:`StreamMonitor` turns the batch's figures into
-Prometheus series served at ``http://<monitoring.host>:<monitoring.port>/metrics``
-(one registry per stream) and into the extra columns of the stream's
-``metrics`` table, so a dashboard and a query over the archive read the
-same numbers.  Between batches it refreshes the consumer lag, so a stalled
-stream shows a growing lag even when no batch completes.  A taken port or an
-unreachable Kafka costs the metrics, never the stream: one line is logged.
+Every batch of every lane (``delivery``, ``realtime``, ``archive``),
+:class:`StreamMonitor` turns the batch's figures into Prometheus series served
+at ``http://<monitoring.host>:<monitoring.port>/metrics`` (one registry per
+stream, a ``lane`` label on per-lane series) and into the extra columns of the
+stream's ``metrics`` table, so a dashboard and a query over the archive read
+the same numbers.  Between batches it refreshes each lane's consumer lag, so a
+stalled lane shows a growing lag even when no batch completes.  A taken port or
+an unreachable Kafka costs the metrics, never the stream: one line is logged.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
@@ -24,33 +27,45 @@ from skyfilter.lag import LatestOffsets, committed_offsets, lag_per_partition
 QUANTILES = {"0.5": 0, "0.95": 1, "0.99": 2}
 
 
-class StreamMonitor:
-    """The metrics of one stream: updated per batch, served over HTTP when ``monitoring.port`` is set."""
+@dataclass
+class LaneState:
+    """What the monitor knows of one lane: where its checkpoint is, its last batch, its lag."""
 
-    def __init__(self, cfg: Config, stream: str, topic: str, checkpoint: Path, trigger: str, log=print):
+    checkpoint: Path
+    trigger: str
+    previous_start: float | None = None
+    last_batch: dict = field(default_factory=dict)
+    lag: dict[int, int] = field(default_factory=dict)
+    lag_at: float = 0.0
+
+
+class StreamMonitor:
+    """The metrics of one stream's lanes: updated per batch, served over HTTP when ``monitoring.port`` is set."""
+
+    def __init__(self, cfg: Config, stream: str, topic: str, log=print):
         self.cfg = cfg
         self.stream = stream
         self.topic = topic
-        self.checkpoint = checkpoint
         self.log = log
+        self.run_id = uuid.uuid4().hex[:12]
+        self.lanes: dict[str, LaneState] = {}
         self.lag_interval_s = float(cfg.get("monitoring.lag_interval_s", 10))
-        self.previous_start: float | None = None
-        self.lag_checked_at = 0.0
         self.latest: LatestOffsets | None = None
         self.server = None
         self.url: str | None = None
-        self.lock = threading.Lock()  # the batch thread and the job's main loop both refresh the lag
-        self.snapshot: dict = {}
+        self.lock = threading.Lock()  # batch threads, the listener and the job's main loop all refresh the lag
+        self.quarantined: list[str] = []
         self.registry = CollectorRegistry()
-        self._define(trigger)
+        self._define()
         self._serve(cfg.get("monitoring.port", None), str(cfg.get("monitoring.host", "127.0.0.1")))
 
-    def _define(self, trigger: str) -> None:
-        r, s = self.registry, ["stream"]
-        Info("skyfilter_stream", "The stream: its input topic and trigger", s, registry=r).labels(self.stream).info(
-            {"topic": self.topic, "trigger": trigger})
-        self.batches = Counter("skyfilter_batches", "Micro-batches completed", s, registry=r)
-        self.input_alerts = Counter("skyfilter_input_alerts", "Alerts read from Kafka", s, registry=r)
+    def _define(self) -> None:
+        r, s, lane = self.registry, ["stream"], ["stream", "lane"]
+        self.info = Info("skyfilter_stream", "The stream: its input topic", s, registry=r)
+        self.info.labels(self.stream).info({"topic": self.topic})
+        self.lane_info = Info("skyfilter_lane", "A lane of the stream: its trigger", lane, registry=r)
+        self.batches = Counter("skyfilter_batches", "Batches completed", lane, registry=r)
+        self.input_alerts = Counter("skyfilter_input_alerts", "Alerts read from Kafka", lane, registry=r)
         self.archived = Counter("skyfilter_archived_alerts", "Alerts archived to Delta", s, registry=r)
         self.dead_letters = Counter("skyfilter_dead_letters", "Undecodable messages sent to the dead-letter topic",
                                     s, registry=r)
@@ -61,25 +76,27 @@ class StreamMonitor:
         self.broker_capped = Counter("skyfilter_broker_capped", "Matches not sent: over max_alerts_per_visit",
                                      [*s, "broker"], registry=r)
         self.input_rate = Gauge("skyfilter_input_rows_per_second",
-                                "Last batch: its alerts over the time since the previous batch started", s, registry=r)
+                                "Last batch: its alerts over the time since the previous batch started", lane,
+                                registry=r)
         self.processed_rate = Gauge("skyfilter_processed_rows_per_second",
-                                    "Last batch: its alerts over its processing time", s, registry=r)
-        self.batch_duration = Gauge("skyfilter_batch_duration_seconds", "Last batch: start to end, archive included",
-                                    s, registry=r)
-        self.deliver_duration = Gauge("skyfilter_batch_deliver_seconds", "Last batch: start to delivered matches",
-                                      s, registry=r)
+                                    "Last batch: its alerts over its processing time", lane, registry=r)
+        self.batch_duration = Gauge("skyfilter_batch_duration_seconds", "Last batch: start to end", lane,
+                                    registry=r)
+        self.deliver_duration = Gauge("skyfilter_batch_deliver_seconds",
+                                      "Last delivery batch: start to delivered matches", lane, registry=r)
         self.latency = Gauge("skyfilter_alert_latency_seconds",
-                             "Last batch: Kafka append time of an input alert to its delivery, by quantile "
-                             "(1 = the slowest alert)", [*s, "quantile"], registry=r)
-        self.lag = Gauge("skyfilter_kafka_consumer_lag", "Alerts in Kafka not yet processed, per partition",
-                         [*s, "topic", "partition"], registry=r)
-        self.quarantined = Gauge("skyfilter_quarantined_filters", "Filters quarantined and not running", s,
-                                 registry=r)
+                             "Last batch: Kafka append time of an input alert to its delivery (delivery lanes) or "
+                             "to its archiving (archive lane), by quantile (1 = the slowest alert)",
+                             [*lane, "quantile"], registry=r)
+        self.lag = Gauge("skyfilter_kafka_consumer_lag", "Alerts in Kafka a lane has not processed yet, per partition",
+                         [*lane, "topic", "partition"], registry=r)
+        self.quarantined_count = Gauge("skyfilter_quarantined_filters", "Filters quarantined and not running", s,
+                                       registry=r)
         self.filter_quarantined = Gauge("skyfilter_filter_quarantined", "1 while this filter is quarantined",
                                         [*s, "filter"], registry=r)
-        self.last_batch = Gauge("skyfilter_last_batch_id", "Id of the last completed batch", s, registry=r)
+        self.last_batch = Gauge("skyfilter_last_batch_id", "Id of the last completed batch", lane, registry=r)
         self.last_batch_time = Gauge("skyfilter_last_batch_timestamp_seconds", "When the last batch completed",
-                                     s, registry=r)
+                                     lane, registry=r)
 
     def _serve(self, port, host: str) -> None:
         if port in (None, "", "null"):
@@ -91,75 +108,106 @@ class StreamMonitor:
             self.log(f"metrics endpoint not started: {host}:{port} is not available ({exc.strerror}); "
                      f"set monitoring.port to a free port (the stream runs on without it)")
 
-    def lag_after(self, batch_id: int | None = None) -> dict[int, int]:
-        """Consumer lag per partition now, against a batch's end offsets (the last committed batch by default)."""
+    def add_lane(self, lane: str, checkpoint: Path, trigger: str) -> None:
+        """Start watching a lane (its checkpoint gives its lag)."""
+        self.lanes[lane] = LaneState(checkpoint, trigger)
+        self.lane_info.labels(self.stream, lane).info({"trigger": trigger})
+
+    def lag_after(self, lane: str, batch_id: int | None = None) -> dict[int, int]:
+        """A lane's lag per partition of the input topic now, against a batch's end offsets (default: its last
+        committed batch)."""
         with self.lock:
-            self.lag_checked_at = time.time()
+            state = self.lanes[lane]
+            state.lag_at = time.time()
             try:
                 self.latest = self.latest or LatestOffsets(self.cfg)
                 latest = self.latest(self.topic)
             except SkyfilterError as exc:
                 self.log(f"consumer lag not measured: {exc}")
                 return {}
-            _, committed = committed_offsets(self.checkpoint, self.topic, batch_id)
-            lag = lag_per_partition(latest, committed)
-            for partition, behind in lag.items():
-                self.lag.labels(self.stream, self.topic, str(partition)).set(behind)
-            self.snapshot = {**self.snapshot, "lag": lag, "lag_at": self.lag_checked_at}
-            return lag
+            _, committed = committed_offsets(state.checkpoint, self.topic, batch_id)
+            state.lag = lag_per_partition(latest, committed)
+            for partition, behind in state.lag.items():
+                self.lag.labels(self.stream, lane, self.topic, str(partition)).set(behind)
+            return state.lag
 
-    def batch_figures(self, batch_id: int, started: float, finished: float, input_alerts: int,
+    def batch_figures(self, lane: str, batch_id: int, started: float, finished: float, input_alerts: int,
                       quarantined: list[str]) -> dict:
-        """The figures of a batch that the metrics table adds to the stream's own counts."""
+        """The figures of a batch that the metrics table adds to the lane's own counts."""
+        state = self.lanes[lane]
         rates = {"input_rows_per_second": None,
                  "processed_rows_per_second": input_alerts / max(finished - started, 1e-3)}
-        if self.previous_start is not None:
-            rates["input_rows_per_second"] = input_alerts / max(started - self.previous_start, 1e-3)
-        self.previous_start = started
-        return {**rates, "kafka_lag": self.lag_after(batch_id), "quarantined_filters": sorted(quarantined)}
+        if state.previous_start is not None:
+            rates["input_rows_per_second"] = input_alerts / max(started - state.previous_start, 1e-3)
+        state.previous_start = started
+        return {**rates, "kafka_lag": self.lag_after(lane, batch_id), "quarantined_filters": sorted(quarantined)}
 
-    def observe(self, batch_id: int, stats: dict, figures: dict, started: float, delivered: float,
-                finished: float, filter_names: list[str]) -> None:
-        """Publish one completed batch."""
+    def observe_delivery(self, lane: str, batch_id: int, stats: dict, figures: dict, started: float,
+                         delivered: float | None, finished: float, filter_names: list[str]) -> None:
+        """Publish one completed batch of a delivery lane (``delivery`` or ``realtime``)."""
         s = self.stream
-        self.batches.labels(s).inc()
-        self.input_alerts.labels(s).inc(stats["input_alerts"])
-        self.archived.labels(s).inc(stats["archived"])
+        self._batch(lane, batch_id, stats["input_alerts"], figures, started, finished)
         self.dead_letters.labels(s).inc(stats["rejected"])
         for name, count in stats["by_filter"].items():
             self.filter_matches.labels(s, name).inc(count)
         for broker, count in stats["by_broker"].items():
             self.broker_messages.labels(s, broker).inc(count)
-        for broker, count in stats["dropped_by_broker"].items():
+        for broker, count in stats.get("dropped_by_broker", {}).items():
             self.broker_capped.labels(s, broker).inc(count)
+        if delivered is not None:
+            self.deliver_duration.labels(s, lane).set(delivered - started)
+        self._latency(lane, stats["latency"], stats["latency_max"])
+        self.quarantined = figures["quarantined_filters"]
+        self.quarantined_count.labels(s).set(len(self.quarantined))
+        for name in {*filter_names, *self.quarantined}:
+            self.filter_quarantined.labels(s, name).set(1 if name in self.quarantined else 0)
+        self.lanes[lane].last_batch.update(matches=stats["matches"],
+                                           deliver_s=None if delivered is None else delivered - started)
+
+    def observe_archive(self, batch_id: int, stats: dict, figures: dict, started: float, finished: float,
+                        latency: list, latency_max: float | None) -> None:
+        """Publish one completed batch of the archive lane."""
+        self._batch("archive", batch_id, stats["input_alerts"], figures, started, finished)
+        self.archived.labels(self.stream).inc(stats["archived"])
+        self._latency("archive", latency, latency_max)
+        self.lanes["archive"].last_batch.update(archived=stats["archived"])
+
+    def _batch(self, lane: str, batch_id: int, alerts: int, figures: dict, started: float, finished: float) -> None:
+        s = self.stream
+        self.batches.labels(s, lane).inc()
+        self.input_alerts.labels(s, lane).inc(alerts)
         if figures["input_rows_per_second"] is not None:
-            self.input_rate.labels(s).set(figures["input_rows_per_second"])
-        self.processed_rate.labels(s).set(figures["processed_rows_per_second"])
-        self.batch_duration.labels(s).set(finished - started)
-        self.deliver_duration.labels(s).set(delivered - started)
+            self.input_rate.labels(s, lane).set(figures["input_rows_per_second"])
+        self.processed_rate.labels(s, lane).set(figures["processed_rows_per_second"])
+        self.batch_duration.labels(s, lane).set(finished - started)
+        self.last_batch.labels(s, lane).set(batch_id)
+        self.last_batch_time.labels(s, lane).set(finished)
+        self.lanes[lane].last_batch = {"batch_id": batch_id, "finished_at": finished, "alerts": alerts,
+                                       "processing_s": finished - started,
+                                       "input_rows_per_second": figures["input_rows_per_second"],
+                                       "processed_rows_per_second": figures["processed_rows_per_second"]}
+
+    def _latency(self, lane: str, quantiles: list, slowest: float | None) -> None:
         for quantile, index in QUANTILES.items():
-            if stats["latency"][index] is not None:
-                self.latency.labels(s, quantile).set(stats["latency"][index] / 1000)
-        if stats["latency_max"] is not None:
-            self.latency.labels(s, "1").set(stats["latency_max"] / 1000)
-        self.quarantined.labels(s).set(len(figures["quarantined_filters"]))
-        for name in {*filter_names, *figures["quarantined_filters"]}:
-            self.filter_quarantined.labels(s, name).set(1 if name in figures["quarantined_filters"] else 0)
-        self.last_batch.labels(s).set(batch_id)
-        self.last_batch_time.labels(s).set(finished)
-        self.snapshot = {**self.snapshot, "quarantined": figures["quarantined_filters"],
-                         "last_batch": {"batch_id": batch_id, "finished_at": finished, "alerts": stats["input_alerts"],
-                                        "matches": stats["matches"], "deliver_s": delivered - started,
-                                        "processing_s": finished - started,
-                                        "latency_p50_s": _seconds(stats["latency"][0]),
-                                        "latency_p99_s": _seconds(stats["latency"][2]),
-                                        "input_rows_per_second": figures["input_rows_per_second"],
-                                        "processed_rows_per_second": figures["processed_rows_per_second"]}}
+            if quantiles[index] is not None:
+                self.latency.labels(self.stream, lane, quantile).set(quantiles[index] / 1000)
+        if slowest is not None:
+            self.latency.labels(self.stream, lane, "1").set(slowest / 1000)
+        self.lanes[lane].last_batch.update(latency_p50_s=_seconds(quantiles[0]), latency_p99_s=_seconds(quantiles[2]))
+
+    @property
+    def snapshot(self) -> dict:
+        """What the status file shows: per lane its trigger, last batch and lag; the quarantined filters."""
+        return {"quarantined": self.quarantined,
+                "lanes": {lane: {"trigger": state.trigger, "checkpoint": str(state.checkpoint),
+                                 "last_batch": state.last_batch, "lag": state.lag, "lag_at": state.lag_at}
+                          for lane, state in self.lanes.items()}}
 
     def tick(self) -> None:
-        """Between batches: refresh the consumer lag every ``monitoring.lag_interval_s``."""
-        if time.time() - self.lag_checked_at >= self.lag_interval_s:
-            self.lag_after()
+        """Between batches: refresh each lane's consumer lag every ``monitoring.lag_interval_s``."""
+        for lane, state in list(self.lanes.items()):
+            if time.time() - state.lag_at >= self.lag_interval_s:
+                self.lag_after(lane)
 
     def close(self) -> None:
         """Stop serving (the last values are gone with the process) and close the Kafka consumer."""

@@ -46,4 +46,4 @@ class NightlyTopics:
             self.ready.update(new)
         accepted.select(F.concat(F.lit(self.topic + "."), "night").alias("topic"), F.col("kafka_key").alias("key"),
                         F.col("kafka_value").alias("value"), F.col("kafka_partition").alias("partition")) \
-            .write.format("kafka").options(**kafka_options).save()
+            .write.format("kafka").options(**kafka_options).mode("append").save()

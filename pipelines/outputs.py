@@ -18,7 +18,7 @@ import re
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.fanout import Encoding
+from pipelines.outgoing import Encoding
 from skyfilter.avro_schemas import schema_text, without_fields
 from skyfilter.brokers import BrokerSpec
 from skyfilter.config import Config

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pipelines.stream_plan import StreamPlan
-from pipelines.tables import append
+from pipelines.tables import append, is_table
 from skyfilter.config import Config
 from skyfilter.filter_loader import FilterProblem, load_filters
 from skyfilter.kafka_clients import client_settings
@@ -94,7 +94,7 @@ class Quarantine:
 
     def _resume(self) -> None:
         """Keep filters quarantined by an earlier run quarantined, unless their file changed since."""
-        if not (self.table / "_delta_log").exists():
+        if not is_table(self.spark, self.table):
             return
         rows = self.spark.read.format("delta").load(str(self.table)).where(F.col("stream") == self.plan.name) \
             .orderBy("at").collect()
@@ -115,6 +115,10 @@ class Quarantine:
                 brokers.append(broker.name)
         self.states[name].state, self.states[name].reason = "quarantined", reason
         return brokers
+
+    def quarantined(self) -> list[str]:
+        """The filters quarantined now."""
+        return sorted(s.name for s in self.states.values() if s.state == "quarantined")
 
     def review(self, batch_id: int, stats: dict) -> list[str]:
         """Quarantine every filter that failed or overran in this batch; returns their names."""

@@ -13,6 +13,7 @@ or counted twice.
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -53,15 +54,17 @@ class PlanReloader:
         self.brokers_file = brokers_file
         self.log = log
         self.fingerprint = files_fingerprint(filters_dir, brokers_file)
+        self.lock = threading.Lock()  # the micro-batch lane and, in Real-time Mode, the job's main loop check
 
     def check(self) -> bool:
         """Reload when the files changed since the last check; True when a reload ran."""
-        fingerprint = files_fingerprint(self.filters_dir, self.brokers_file)
-        if fingerprint == self.fingerprint:
-            return False
-        self.fingerprint = fingerprint
-        self.reload()
-        return True
+        with self.lock:
+            fingerprint = files_fingerprint(self.filters_dir, self.brokers_file)
+            if fingerprint == self.fingerprint:
+                return False
+            self.fingerprint = fingerprint
+            self.reload()
+            return True
 
     def reload(self) -> bool:
         """Rebuild the filters and brokers from their files; True when what runs changed."""

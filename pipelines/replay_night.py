@@ -27,9 +27,11 @@ from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from pipelines.caps import VisitCaps  # noqa: E402
-from pipelines.fanout import evaluate, kafka_messages, match_rows  # noqa: E402
+from pipelines.decode import is_accepted  # noqa: E402
+from pipelines.filter_eval import add_filter_columns  # noqa: E402
 from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.night_reader import NightSelection, parse_visits, read_messages  # noqa: E402
+from pipelines.outgoing import add_broker_matches, kafka_rows, match_rows  # noqa: E402
 from pipelines.outputs import prepare_outputs  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.stream_plan import configured_cutouts, resolve_filters  # noqa: E402
@@ -146,20 +148,18 @@ def refilter(spark, cfg: Config, messages: DataFrame, schema: dict, args: argpar
     filters, brokers, problems = resolve_filters(frame, Path(args.filters_dir), Path(args.brokers))
     for problem in problems:
         log(f"filter problem: {problem}")
-    evaluated = evaluate(frame, filters, brokers).persist()
-    matches, _ = VisitCaps(spark).apply(match_rows(evaluated), brokers)  # whole visits: lowest alert ids kept
+    evaluated = add_broker_matches(add_filter_columns(frame, filters, is_accepted()), brokers)
+    decided = VisitCaps().decide(evaluated, brokers).persist()  # whole visits: lowest alert ids kept
     if args.to_brokers:
         encodings = prepare_outputs(cfg, frame, schema, configured_cutouts(cfg, schema), brokers, filters)
-        kafka_messages(matches, encodings).write.format("kafka").options(**spark_sink_options(cfg)).save()
+        kafka_rows(decided, brokers, encodings, None, None).write.format("kafka") \
+            .options(**spark_sink_options(cfg)).mode("append").save()
     table = Path(args.matches_table) if args.matches_table else cfg.delta_dir / name / "rematches"
-    rows = matches.select("night", "visit_id", "alert_id", F.col("match.broker").alias("broker"),
-                          F.col("match.topic").alias("topic"), F.col("match.filters").alias("filters"),
-                          F.col("match.format").alias("format"), "kafka_partition", "kafka_offset",
-                          "kafka_timestamp")
+    rows = match_rows(decided, brokers)
     rows.write.format("delta").mode("overwrite").option("replaceWhere", f"night = '{args.night}'") \
         .partitionBy("night").save(str(table))
-    summary = {"alerts": evaluated.count(), "matches": rows.count(), "table": str(table)}
-    evaluated.unpersist()
+    summary = {"alerts": decided.count(), "matches": rows.count(), "table": str(table)}
+    decided.unpersist()
     return summary
 
 

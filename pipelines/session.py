@@ -42,6 +42,7 @@ def write_spark_defaults(target: Path, jars: list[Path] | None = None, python: s
     lines = [(PROJECT_ROOT / "conf" / "spark-defaults.conf").read_text().rstrip(), "",
              "# Added by `make setup` (pipelines/session.py): pinned connector jars and absolute paths.",
              *packages,
+             f"spark.scheduler.allocation.file                {PROJECT_ROOT / 'conf' / 'fairscheduler.xml'}",
              f"spark.pyspark.python                           {python}",
              f"spark.pyspark.driver.python                    {python}", ""]
     (target / "spark-defaults.conf").write_text("\n".join(lines))
@@ -51,8 +52,11 @@ def write_spark_defaults(target: Path, jars: list[Path] | None = None, python: s
 
 def install(target: Path) -> str:
     """Resolve the connector packages once with Spark's Ivy, then pin the resolved jars."""
+    import shutil
     import subprocess
 
+    # Ivy copies the resolved jars into jars/ and never removes old ones: an upgrade would pin both versions.
+    shutil.rmtree(IVY_DIR / "jars", ignore_errors=True)
     write_spark_defaults(target)
     resolve = subprocess.run([sys.executable, "-m", "pipelines.session", "--check"], capture_output=True, text=True)
     if resolve.returncode != 0:

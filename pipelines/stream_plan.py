@@ -15,12 +15,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from pipelines.decode import decode, reserved_columns
-from pipelines.fanout import Encoding
 from pipelines.filter_eval import validate_filters
+from pipelines.outgoing import Encoding
 from pipelines.outputs import prepare_outputs
 from pipelines.tables import table_paths
 from skyfilter.alert_columns import AlertColumns, detect
-from skyfilter.avro_schemas import cutout_fields, schema_text
+from skyfilter.avro_schemas import cutout_fields, schema_text, without_fields
 from skyfilter.brokers import BrokerSpec, load_brokers
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
@@ -34,6 +34,9 @@ KAFKA_SOURCE_SCHEMA = T.StructType([
     T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
     T.StructField("timestampType", T.IntegerType()),
 ])
+
+
+LANES = ("delivery", "realtime", "archive")
 
 
 @dataclass
@@ -50,7 +53,7 @@ class StreamPlan:
     encodings: dict[str, Encoding]
     cutouts: list[str]
     tables: dict[str, Path]
-    checkpoint: Path
+    checkpoint: Path  # one checkpoint folder per lane inside (see lane_checkpoint)
     night_offset_hours: float
     problems: list[FilterProblem | str] = field(default_factory=list)
     cfg: Config | None = None
@@ -62,13 +65,42 @@ class StreamPlan:
         return f"{self.topic}.deadletter"
 
     @property
+    def delivery_log_topic(self) -> str:
+        """The delivery lane's log of what it sent (matches and per-batch summaries), read by the archive lane."""
+        return delivery_log_topic(self.topic, self.name)
+
+    @property
     def schema_json(self) -> str:
         return schema_text(self.schema)
 
+    @property
+    def reader_json(self) -> str:
+        """The schema filters see: the topic's schema without its cutout fields."""
+        return reader_schema_json(self.schema, self.cutouts)
+
+    def lane_checkpoint(self, lane: str) -> Path:
+        """The checkpoint of one lane of this stream (``delivery``, ``realtime`` or ``archive``)."""
+        return self.checkpoint / lane
+
     def decode(self, raw: DataFrame) -> DataFrame:
-        """Kafka rows of this topic, decoded (see pipelines/decode.py)."""
+        """Kafka rows of this topic, decoded without the cutouts, as filters see them (pipelines/decode.py)."""
+        return decode(raw, self.schema_json, self.schema_id, self.columns, self.night_offset_hours,
+                      self.max_alert_bytes, self.reader_json)
+
+    def decode_full(self, raw: DataFrame) -> DataFrame:
+        """Kafka rows of this topic, decoded with every field, cutouts included (what the archive keeps)."""
         return decode(raw, self.schema_json, self.schema_id, self.columns, self.night_offset_hours,
                       self.max_alert_bytes)
+
+
+def delivery_log_topic(topic: str, name: str) -> str:
+    """The delivery log topic of stream ``name`` reading ``topic`` (under the topic's own prefix)."""
+    return f"{topic}.delivery-log" + ("" if name == topic else f".{name}")
+
+
+def reader_schema_json(definition: dict, cutouts: list[str]) -> str:
+    """A reader schema for ``definition`` without its cutout fields (same record name, as resolution needs)."""
+    return schema_text(without_fields(definition, cutouts, suffix=None))
 
 
 def wait_for_schema(cfg: Config, topic: str, wait_s: float, log=print) -> tuple[int, str] | None:
@@ -126,7 +158,7 @@ def configured_cutouts(cfg: Config, definition: dict) -> list[str]:
 
 
 def template_frame(spark: SparkSession, cfg: Config, schema_id: int, text: str) -> tuple[DataFrame, AlertColumns]:
-    """An empty frame with exactly the columns filters see for this schema (what decode produces)."""
+    """An empty frame with exactly the columns filters see for this schema (what the delivery lane decodes)."""
     definition = json.loads(text)
     clash = sorted(set(reserved_columns()) & {f["name"] for f in definition["fields"]})
     if clash:
@@ -134,7 +166,9 @@ def template_frame(spark: SparkSession, cfg: Config, schema_id: int, text: str) 
                              f"names the stream reserves for its own columns")
     columns = detect(definition, cfg)
     offset = float(cfg.get("stream.night_offset_hours"))
-    return decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), text, schema_id, columns, offset), columns
+    reader = reader_schema_json(definition, configured_cutouts(cfg, definition))
+    return decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), text, schema_id, columns, offset,
+                  reader_json=reader), columns
 
 
 def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path, brokers_file: Path,
@@ -147,7 +181,8 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
     enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
     cutouts = configured_cutouts(cfg, definition)
     encodings = prepare_outputs(cfg, template, definition, cutouts, brokers, enabled)
-    ensure_topics(cfg, {f"{topic}.deadletter": int(cfg.get("topics.broker_partitions"))})
+    ensure_topics(cfg, {f"{topic}.deadletter": int(cfg.get("topics.broker_partitions")),
+                        delivery_log_topic(topic, name): int(cfg.get("topics.broker_partitions"))})
     return StreamPlan(
         name=name, topic=topic, schema_id=schema_id, schema=definition,
         columns=columns, filters=enabled, brokers=brokers, encodings=encodings, cutouts=cutouts,

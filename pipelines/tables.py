@@ -3,17 +3,25 @@
 Each input topic gets its own set of tables under ``<state_dir>/delta/<name>/``
 (``name`` defaults to the topic): ``alerts`` (every accepted alert once,
 partitioned by night, without its images), ``cutouts`` (the images, by night),
-``schemas`` (writer schemas by id), ``matches`` (every alert-broker match, by night),
-``metrics`` (one row per micro-batch) and ``rejects`` (messages that could not
-be decoded, with their bytes and the reason), ``filter_status`` (quarantines)
-and ``broker_visits`` (per broker and visit: matched, delivered, dropped by the cap).
+``schemas`` (writer schemas by id), ``matches`` (every alert-broker match
+delivered, by night), ``metrics`` (one row per batch of each lane) and
+``rejects`` (messages that could not be decoded, with their bytes and the
+reason), ``filter_status`` (quarantines) and ``broker_visits`` (per broker,
+visit and delivery batch: matched, delivered, dropped by the cap).
+
+All of them but ``filter_status`` are written by the archive lane, exactly
+once: its own input with idempotent appends per batch (:func:`append`), what
+it reads from the delivery log by inserting only rows not yet there
+(:func:`insert_new`), since a delivery batch that is retried logs again.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from pyspark import InheritableThread
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from skyfilter.config import Config
@@ -46,6 +54,9 @@ METRICS_SCHEMA = T.StructType([
     T.StructField("processed_rows_per_second", T.DoubleType()),
     T.StructField("kafka_lag", T.MapType(T.IntegerType(), T.LongType())),
     T.StructField("quarantined_filters", T.ArrayType(T.StringType())),
+    # which lane ran the batch (delivery, realtime, archive) and the id of its query (stable across restarts)
+    T.StructField("lane", T.StringType()),
+    T.StructField("query_id", T.StringType()),
 ])
 
 
@@ -67,3 +78,55 @@ def append(frame: DataFrame, path: Path, app_id: str, batch_id: int, partition_b
     if partition_by:
         writer = writer.partitionBy(partition_by)
     writer.save(str(path))
+
+
+def is_table(spark, path: Path) -> bool:
+    """Whether a Delta table with at least one commit is at ``path`` (a crash can leave an empty ``_delta_log``)."""
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, str(path))
+
+
+def insert_new(frame: DataFrame, path: Path, keys: list[str], partition_by: str | None = None) -> None:
+    """Insert the rows of ``frame`` whose ``keys`` are not in the Delta table yet (a MERGE that only inserts).
+
+    Running it twice with the same rows changes nothing, which makes a retried
+    batch harmless.  With ``partition_by``, the table's partitions the rows
+    fall in are named in the condition, so only those are read.
+    """
+    from delta.tables import DeltaTable
+
+    rows = frame.dropDuplicates(keys)
+    if not is_table(frame.sparkSession, path):
+        writer = rows.write.format("delta").mode("append")
+        (writer.partitionBy(partition_by) if partition_by else writer).save(str(path))
+        return
+    condition = F.lit(True)
+    for key in keys:
+        condition = condition & F.col(f"t.`{key}`").eqNullSafe(F.col(f"s.`{key}`"))
+    if partition_by:
+        values = [r[0] for r in rows.select(partition_by).distinct().collect()]
+        if not values:
+            return
+        condition = condition & F.col(f"t.`{partition_by}`").isin(values)
+    DeltaTable.forPath(frame.sparkSession, str(path)).alias("t").merge(rows.alias("s"), condition) \
+        .whenNotMatchedInsertAll().execute()
+
+
+def run_side_by_side(tasks: list) -> None:
+    """Run Spark actions in parallel threads (inheriting the batch's Spark properties); re-raise the first error."""
+    errors: list[BaseException] = []
+
+    def guarded(task) -> None:
+        try:
+            task()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the batch's thread below
+            errors.append(exc)
+
+    threads = [InheritableThread(target=guarded, args=(task,)) for task in tasks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]

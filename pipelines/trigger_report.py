@@ -1,12 +1,13 @@
-"""Latency and throughput per trigger, from the streams' own Delta tables.
+"""Latency and throughput per delivery trigger, from the streams' own Delta tables.
 
-    spark-submit pipelines/trigger_report.py --names night_0s night_1s night_5s [--out report.md]
+    spark-submit pipelines/trigger_report.py --names night_0s night_1s night_rt [--out report.md]
 
 Run filter_stream.py on the same night (replayed with replay_night.py into
-one topic per run) with different ``--trigger`` values and ``--name``s; this
-joins each archived alert to its batch's delivery time and reports, per
-stream: trigger, batches, alerts, sustained alerts/s, and per-alert latency
-(input append time -> batch delivered) p50/p95/p99/max.
+one topic per run) with different ``--trigger`` values (``realtime`` too) and
+``--name``s; this reports, per stream: its delivery trigger, batches, alerts,
+alerts/s from the first input append to the last delivery, and the latency of
+every delivered match, input append time to the append time of its
+delivery-log record (written with the broker message) p50/p95/p99/max.
 """
 
 from __future__ import annotations
@@ -23,18 +24,21 @@ from pipelines.session import get_spark  # noqa: E402
 from pipelines.tables import table_paths  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
 
-# One query per stream; {alerts} and {metrics} are the stream's tables.
+# One query per stream; {matches} and {metrics} are the stream's tables.
 TRIGGER_QUERY = """
-SELECT m.stream, m.trigger,
-       count(DISTINCT m.batch_id)                                   AS batches,
-       count(*)                                                     AS alerts,
-       count(*) / ((max(unix_millis(m.finished_at)) - min(unix_millis(m.started_at))) / 1000.0) AS alerts_per_s,
-       percentile(unix_millis(m.delivered_at) - unix_millis(a.kafka_timestamp), 0.50) AS p50_ms,
-       percentile(unix_millis(m.delivered_at) - unix_millis(a.kafka_timestamp), 0.95) AS p95_ms,
-       percentile(unix_millis(m.delivered_at) - unix_millis(a.kafka_timestamp), 0.99) AS p99_ms,
-       max(unix_millis(m.delivered_at) - unix_millis(a.kafka_timestamp))             AS max_ms
-FROM delta.`{alerts}` a JOIN delta.`{metrics}` m ON a.batch_id = m.batch_id
-GROUP BY m.stream, m.trigger
+WITH delivery AS (
+  SELECT stream, first(trigger) AS trigger, count(*) AS batches, sum(input_alerts) AS alerts
+  FROM delta.`{metrics}` WHERE lane IN ('delivery', 'realtime') AND input_alerts > 0 GROUP BY stream
+), latency AS (
+  SELECT unix_millis(delivered_at) - unix_millis(kafka_timestamp) AS ms, kafka_timestamp, delivered_at
+  FROM delta.`{matches}`
+)
+SELECT d.stream, d.trigger, d.batches, d.alerts,
+       d.alerts / ((max(unix_millis(l.delivered_at)) - min(unix_millis(l.kafka_timestamp))) / 1000.0) AS alerts_per_s,
+       percentile(l.ms, 0.50) AS p50_ms, percentile(l.ms, 0.95) AS p95_ms, percentile(l.ms, 0.99) AS p99_ms,
+       max(l.ms) AS max_ms
+FROM delivery d CROSS JOIN latency l
+GROUP BY d.stream, d.trigger, d.batches, d.alerts
 """
 
 COLUMNS = ["stream", "trigger", "batches", "alerts", "alerts_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms"]
@@ -45,9 +49,10 @@ def trigger_rows(spark, cfg, names: list[str]) -> list[dict]:
     rows = []
     for name in names:
         tables = table_paths(cfg, name)
-        if not (tables["metrics"] / "_delta_log").exists():
-            raise SkyfilterError(f"no metrics for stream '{name}' under {tables['metrics']}")
-        query = TRIGGER_QUERY.format(alerts=tables["alerts"], metrics=tables["metrics"])
+        for table in ("metrics", "matches"):
+            if not (tables[table] / "_delta_log").exists():
+                raise SkyfilterError(f"no {table} for stream '{name}' under {tables[table]}: has its archive lane run?")
+        query = TRIGGER_QUERY.format(matches=tables["matches"], metrics=tables["metrics"])
         rows += [row.asDict() for row in spark.sql(query).collect()]
     return rows
 

@@ -62,11 +62,16 @@ def cutout_fields(definition: dict) -> list[str]:
     return [f["name"] for f in definition["fields"] if f["name"].lower().startswith("cutout")]
 
 
-def without_fields(definition: dict, names: list[str], suffix: str = "nocutouts") -> dict:
-    """A copy of a record schema without some top-level fields, under a distinct name."""
+def without_fields(definition: dict, names: list[str], suffix: str | None = "nocutouts") -> dict:
+    """A copy of a record schema without some top-level fields, under a distinct name.
+
+    ``suffix=None`` keeps the record's name: an Avro *reader* schema must be
+    named like the writer's for schema resolution to accept it.
+    """
     reduced = copy.deepcopy(clean_schema(definition))
     reduced["fields"] = [f for f in reduced["fields"] if f["name"] not in set(names)]
-    reduced["name"] = f"{reduced['name']}_{suffix}"
+    if suffix:
+        reduced["name"] = f"{reduced['name']}_{suffix}"
     return reduced
 
 

@@ -127,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--alerts-per-visit", type=int, default=500)
     demo.add_argument("--interval", type=float, default=8.0, dest="interval_s",
                       help="seconds between visits (default 8, faster than Rubin's 39 for a short demo)")
-    demo.add_argument("--trigger", default="0", help="stream trigger (default 0: as soon as possible)")
+    demo.add_argument("--trigger", default="auto", help="delivery trigger (default auto: Real-time Mode when it can "
+                      "serve every broker, else micro-batches back to back)")
     demo.add_argument("--keep", action="store_true", help="leave Kafka running afterwards")
     _common(demo)
 
@@ -191,7 +192,11 @@ def cmd_kafka(args: argparse.Namespace) -> int:
             print(f"no local Kafka under {cluster.home}")
         for row in rows:
             state = f"running (pid {row['pid']})" if row["pid"] else "stopped"
-            print(f"node {row['node']}: {state}, port {row['port']}, log {row['log']}")
+            print(f"node {row['node']}: {state}, client port {row['port']}, controller port "
+                  f"{row['controller_port']}, log {row['log']}")
+        running = [f"127.0.0.1:{row['port']}" for row in rows if row["pid"]]
+        if running:
+            print(f"bootstrap servers {','.join(running)}")
     return 0
 
 

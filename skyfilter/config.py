@@ -42,14 +42,14 @@ class Config:
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
-        """Read a YAML config (default: $SKYFILTER_CONFIG or conf/local.yaml) and apply overrides."""
+        """Read a YAML config (default: $SKYFILTER_CONFIG or conf/local.yaml) and apply overrides (a None
+        value sets the key to null, as ``--set key=null`` does)."""
         path = Path(path or os.environ.get("SKYFILTER_CONFIG") or DEFAULT_CONFIG).resolve()
         data = _read_yaml(path)
         root = path.parent.parent if path.parent.name == "conf" else path.parent
         cfg = cls(data, path, root)
         for key, value in (overrides or {}).items():
-            if value is not None:
-                cfg.set(key, value)
+            cfg.set(key, value)
         return cfg
 
     def get(self, key: str, default: Any = _MISSING) -> Any:

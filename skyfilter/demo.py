@@ -1,7 +1,7 @@
 """`skyfilter demo` (what `make demo` runs): a small simulated night, end to end, then a summary.
 
 Starts a fresh local Kafka under ``<project>/.local/demo``, starts
-``spark-submit pipelines/filter_stream.py`` (trigger as soon as possible),
+``spark-submit pipelines/filter_stream.py --trigger auto`` (the fastest delivery its brokers allow),
 produces a few visits of Rubin alerts with cutouts on a cadence, lets the
 stream drain, reads every broker topic back to measure the end-to-end
 latency (input append time -> output append time), and stops what it started.
@@ -83,7 +83,7 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
         _wait_for_line(stream, stream_lines, log_path, "waiting for a producer")
         schema = rubin_schema(str(cfg.get("simulation.schema_version")))
         open_registry(cfg).register(subject_for(str(cfg.get("topics.alerts"))), schema, exclusive=True)
-        _wait_for_line(stream, stream_lines, log_path, "running: trigger")
+        _wait_for_line(stream, stream_lines, log_path, "running: ")
 
         print(f"3/4 producing {args.visits} visits x {args.alerts_per_visit} alerts with cutouts, "
               f"one visit every {args.interval_s:g} s ...", flush=True)

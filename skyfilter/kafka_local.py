@@ -59,6 +59,20 @@ class KafkaNode:
         """The pid of this node's running JVM, or None (stale pid files are ignored)."""
         return running_pid(self.pid_file, str(self.properties))
 
+    @classmethod
+    def on_disk(cls, folder: Path) -> KafkaNode | None:
+        """The node a folder holds, with the ports its ``server.properties`` listens on (None: no such file)."""
+        path = folder / "server.properties"
+        if not path.exists():
+            return None
+        settings = dict(line.split("=", 1) for line in path.read_text().splitlines()
+                        if "=" in line and not line.lstrip().startswith("#"))
+        controller = settings.get("controller.listener.names", "CONTROLLER")
+        ports = {name: int(address.rsplit(":", 1)[1]) for name, _, address in
+                 (entry.partition("://") for entry in settings.get("listeners", "").split(",") if "://" in entry)}
+        client = next((port for name, port in ports.items() if name != controller), 0)
+        return cls(int(settings.get("node.id", folder.name.split("-")[-1])), client, ports.get(controller, 0), folder)
+
 
 class LocalKafka:
     """The local Kafka cluster described by a config (``kafka.*`` keys)."""
@@ -214,17 +228,17 @@ class LocalKafka:
         return [pid for pid in running.values() if pid]
 
     def nodes_on_disk(self) -> list[KafkaNode]:
-        """The configured nodes plus any other node folder found under the state dir."""
+        """Every node folder under the state dir, with the ports it was started with (the configured nodes
+        for folders not written yet)."""
         known = {n.folder: n for n in self.nodes}
-        for folder in sorted(self.home.glob("node-*")):
-            if folder not in known:
-                known[folder] = KafkaNode(int(folder.name.split("-")[1]), 0, 0, folder)
-        return list(known.values())
+        for folder in sorted(self.home.glob("node-*"), key=lambda f: int(f.name.split("-")[-1])):
+            known[folder] = KafkaNode.on_disk(folder) or known.get(folder)
+        return sorted((n for n in known.values() if n is not None), key=lambda n: n.node_id)
 
     def status(self) -> list[dict]:
-        """One entry per node: id, port, running pid (or None), log file."""
-        return [{"node": n.node_id, "port": n.broker_port, "pid": n.pid(), "log": str(n.log_file)}
-                for n in self.nodes_on_disk()]
+        """One entry per node on disk: id, client and controller ports, running pid (or None), log file."""
+        return [{"node": n.node_id, "port": n.broker_port, "controller_port": n.controller_port, "pid": n.pid(),
+                 "log": str(n.log_file)} for n in self.nodes_on_disk() if n.folder.exists()]
 
 
 def _exit_cause(node: KafkaNode) -> str:

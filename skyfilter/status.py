@@ -36,55 +36,71 @@ def _num(value, unit: str = "", digits: int = 1) -> str:
 def stream_names(cfg: Config) -> list[str]:
     """Every stream with a status file or a checkpoint under the state dir."""
     names = {p.name[len("filter_stream."):-len(".json")] for p in cfg.run_dir.glob("filter_stream.*.json")}
-    names |= {p.parent.name for p in cfg.checkpoint_dir.glob("*/offsets")}
+    names |= {p.parent.parent.name for p in cfg.checkpoint_dir.glob("*/*/offsets")}
     return sorted(names)
 
 
+LANES = ("realtime", "delivery", "archive")
+
+
 def stream_lines(cfg: Config, name: str, latest) -> list[str]:
-    """The status of one stream: state, last batch, rates, lag, totals, filters.
+    """The status of one stream: state, then per lane its last batch, rates and lag; totals, filters.
 
     ``latest`` gives Kafka's latest offsets of a topic (None: do not show the lag).
     """
     path = cfg.run_dir / f"filter_stream.{name}.json"
     info = json.loads(path.read_text()) if path.exists() else {}
     running = _alive(info.get("pid"))
-    checkpoint = Path(info.get("checkpoint") or cfg.checkpoint_dir / name)
-    topic = info.get("topic") or checkpoint_topic(checkpoint)
+    folder = Path(info.get("checkpoint") or cfg.checkpoint_dir / name)
+    lanes = info.get("lanes", {}) if running else {}
+    checkpoints = {lane: folder / lane for lane in LANES if (folder / lane / "offsets").exists() or lane in lanes}
+    topic = info.get("topic") or next((checkpoint_topic(c) for c in checkpoints.values() if checkpoint_topic(c)),
+                                      None)
     if running:
         up = time.time() - float(info["started_at"])
         head = (f"stream '{name}': RUNNING (pid {info['pid']}, up {up / 60:.0f} min) on {info.get('master')}, "
-                f"topic '{topic}', trigger {info.get('trigger')}")
+                f"topic '{topic}'")
     else:
         head = f"stream '{name}': STOPPED" + (" (stale status file: the job died)" if info else "") + \
                (f", topic '{topic}'" if topic else "")
     lines = [head]
     if running and info.get("metrics_url"):
         lines.append(f"  metrics   {info['metrics_url']}")
-    batch = info.get("last_batch") if running else None
-    if batch:
-        lines.append(f"  last batch {batch['batch_id']} ({_ago(batch['finished_at'])}): {batch['alerts']:,} alerts, "
-                     f"{batch['matches']:,} matches, delivered in {_num(batch['deliver_s'], ' s')}, done in "
-                     f"{_num(batch['processing_s'], ' s')}, latency p50 {_num(batch['latency_p50_s'], ' s')} "
-                     f"p99 {_num(batch['latency_p99_s'], ' s')}")
-        lines.append(f"  rates     input {_num(batch['input_rows_per_second'], ' alerts/s')}, processed "
-                     f"{_num(batch['processed_rows_per_second'], ' alerts/s')}")
-    elif running:
-        lines.append("  no batch with alerts yet in this run")
-    committed_batch, committed = committed_offsets(checkpoint, topic)
-    if latest is not None and topic:
-        try:
-            lag = lag_per_partition(latest(topic), committed)
-            parts = ", ".join(f"p{p} {n:,}" for p, n in lag.items())
-            lines.append(f"  Kafka lag {sum(lag.values()):,} alerts ({parts}); last committed batch "
-                         f"{'-' if committed_batch is None else committed_batch}")
-        except SkyfilterError as exc:
-            lines.append(f"  Kafka lag unknown: {exc}")
+    for lane, checkpoint in checkpoints.items():
+        lines += _lane_lines(lane, lanes.get(lane), checkpoint, topic, latest, running)
     totals = info.get("totals") if running else None
     if totals:
         brokers = ", ".join(f"{b} {n:,}" for b, n in sorted(totals["by_broker"].items()))
         lines.append(f"  this run  {totals['input_alerts']:,} alerts in, {totals['archived']:,} archived, "
                      f"{totals['matches']:,} delivered ({brokers}), {totals['dead_letters']:,} dead letter(s)")
     lines.append("  filters   " + _filter_summary(cfg.filter_states_file(name)))
+    return lines
+
+
+def _lane_lines(lane: str, info: dict | None, checkpoint: Path, topic: str | None, latest, running: bool
+                ) -> list[str]:
+    """One lane: trigger and last batch (while the job runs), and its Kafka lag from its checkpoint."""
+    trigger = f", trigger {info['trigger']}" if info else ""
+    batch = (info or {}).get("last_batch") or {}
+    if batch.get("batch_id") is not None:
+        what = (f"{batch['alerts']:,} alerts archived" if lane == "archive"
+                else f"{batch['alerts']:,} alerts, {batch.get('matches', 0):,} matches")
+        lines = [f"  {lane:<9} last batch {batch['batch_id']} ({_ago(batch['finished_at'])}{trigger}): {what}, "
+                 f"done in {_num(batch['processing_s'], ' s')}, latency p50 {_num(batch.get('latency_p50_s'), ' s')} "
+                 f"p99 {_num(batch.get('latency_p99_s'), ' s')}",
+                 f"  {'':<9} rates input {_num(batch['input_rows_per_second'], ' alerts/s')}, processed "
+                 f"{_num(batch['processed_rows_per_second'], ' alerts/s')}"]
+    else:
+        lines = [f"  {lane:<9} " + ("no batch with alerts yet in this run" + trigger if running else "stopped")]
+    committed_batch, committed = committed_offsets(checkpoint, topic)
+    if latest is not None and topic:
+        try:
+            lag = lag_per_partition(latest(topic), committed)
+            parts = ", ".join(f"p{p} {n:,}" for p, n in lag.items())
+            lines.append(f"  {'':<9} Kafka lag {sum(lag.values()):,} alerts ({parts}); last committed batch "
+                         f"{'-' if committed_batch is None else committed_batch}")
+        except SkyfilterError as exc:
+            lines.append(f"  {'':<9} Kafka lag unknown: {exc}")
     return lines
 
 

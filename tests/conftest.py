@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import re
 from pathlib import Path
 
 import fastavro
@@ -123,3 +125,28 @@ def check_topic(messages, expected: dict[str, str], inputs_by_id: dict, full: bo
         assert int(message.headers["input_time"]) == inputs_by_id[alert_id].timestamp_ms
         if full:
             assert message.value == inputs_by_id[alert_id].value
+
+
+def listening_ports(pid: int) -> set[int]:
+    """TCP ports a process listens on (from /proc: its socket inodes against the kernel's LISTEN table)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # state LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def kafka_status_ports(output: str) -> dict[int, tuple[int, int]]:
+    """Node id -> (client port, controller port) as `skyfilter kafka status` prints them."""
+    found = re.findall(r"^node (\d+): running \(pid \d+\), client port (\d+), controller port (\d+)", output, re.M)
+    return {int(node): (int(client), int(controller)) for node, client, controller in found}

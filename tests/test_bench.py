@@ -57,32 +57,35 @@ def test_filter_scaling_runs_on_a_tiny_night(kafka_cfg, spark, tmp_path, capsys)
 
 def test_visit_burst_times_one_visit_to_its_last_delivery(kafka_cfg, spark, tmp_path, capsys):
     result = _run(visit_burst, "visit_burst", ["--alerts", "30", "--warm-up", "10", "--filters", "3", "--brokers", "2",
-                                               "--producers", "2", "--no-stamps"], kafka_cfg, tmp_path, capsys)
+                                               "--producers", "2", "--no-stamps", "--runs", "0/full/2"],
+                  kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
-    assert row["alerts"] == 30 and row["brokers"] == 2 and row["batches"] >= 1
-    assert 0 < row["produce_s"] <= row["last_delivery_s"] <= row["archived_s"]
-    assert row["first_batch_s"] < row["last_delivery_s"] and 0 < row["last_append_s"] <= row["last_delivery_s"] + 0.1
+    assert row["alerts"] == 30 and row["brokers"] == 2 and row["delivery_batches"] >= 1
+    assert 0 < row["messages"] <= 2 * 2  # 2 brokers, at most 2 alerts of the visit each
+    assert 0 < row["first_match_s"] <= row["last_match_s"] <= row["archived_s"]
 
 
-def test_trigger_sweep_reports_latency_per_trigger(kafka_cfg, spark, tmp_path, capsys):
+def test_trigger_sweep_reports_latency_and_archive_lag_per_trigger(kafka_cfg, spark, tmp_path, capsys):
     result = _run(trigger_sweep, "trigger_sweep",
                   ["--triggers", "1", "--no-warm-up", "--visits", "2", "--alerts-per-visit", "10",
-                   "--visit-seconds", "1", "--filters", "2", "--brokers", "2", "--producers", "1", "--no-stamps"],
+                   "--visit-seconds", "1", "--filters", "2", "--brokers", "2", "--producers", "1", "--no-stamps",
+                   "--archive-trigger", "1s"],
                   kafka_cfg, tmp_path, capsys)
-    assert [r["trigger_s"] for r in result["results"]] == [1.0]
-    for row in result["results"]:
-        assert row["alerts"] == 20 and 0 < row["p50_s"] <= row["p95_s"] <= row["p99_s"] <= row["max_s"]
-        assert row["alerts_per_s"] > 0
+    [row] = result["results"]
+    assert row["trigger"] == "1s" and row["alerts"] == 20 and row["messages"] > 0
+    assert 0 < row["p50_s"] <= row["p95_s"] <= row["p99_s"] <= row["max_s"]
+    assert row["archive_max_lag"] >= 10 and isinstance(row["archive_lag_growth_per_s"], float)
 
 
-def test_sustained_follows_lag_and_memory(kafka_cfg, spark, tmp_path, capsys):
+def test_sustained_follows_both_lanes_lag_and_memory(kafka_cfg, spark, tmp_path, capsys):
     result = _run(sustained, "sustained",
                   ["--minutes", "0.05", "--visit-seconds", "1", "--alerts-per-visit", "10", "--filters", "2",
                    "--brokers", "2", "--producers", "1", "--cached-visits", "2", "--no-stamps"],
                   kafka_cfg, tmp_path, capsys)
     [main] = result["results"]
     assert (main["alerts_per_visit"], main["visits"], main["alerts"]) == (10, 3, 30)
-    assert main["max_lag"] >= 10 and main["driver_peak_mb"] > 100 and isinstance(main["kept_up"], bool)
+    assert main["delivery_max_lag"] >= 10 and main["archive_max_lag"] >= 10
+    assert main["driver_peak_mb"] > 100 and isinstance(main["kept_up"], bool)
 
 
 def test_grid_times_producing_and_consuming_per_cell(kafka_cfg, spark, tmp_path, capsys):
@@ -100,8 +103,8 @@ def test_side_by_side_compares_designs_on_one_topic(kafka_cfg, spark, tmp_path, 
     result = _run(side_by_side, "side_by_side", ["--alerts", "30", "--filters", "3", "--brokers", "2",
                                                  "--no-stamps"], kafka_cfg, tmp_path, capsys)
     designs = result["results"]
-    assert len(designs) == 4 and designs[0]["x_raw"] == 1.0
-    assert [d["alerts"] for d in designs] == [30, 30, 30, 30]  # each per-filter process read every alert
+    assert len(designs) == 6 and designs[0]["x_raw"] == 1.0 and designs[3]["x_spark"] == 1.0
+    assert [d["alerts"] for d in designs] == [30] * 6  # each per-filter process read every alert
     assert designs[2]["processes"] == 3 and all(d["alerts_per_s"] > 0 for d in designs)
 
 
@@ -117,13 +120,13 @@ def test_catch_up_runs_on_a_tiny_backlog(kafka_cfg, tmp_path, capsys):
     result = _run(catch_up, "catch_up", ["--visits", "2", "--alerts-per-visit", "20", "--max-offsets", "15",
                                          "--no-stamps"], kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
-    assert row["alerts"] == 40 and row["batches"] >= 3 and row["largest_batch"] <= 15  # bounded batches
+    assert row["alerts"] == 40 and row["batches"] >= 3 and row["largest_batch"] <= 15  # bounded archive batches
     assert row["stream_peak_mb"] > 100 and row["catch_up_s"] > 0
 
 
 def test_stages_times_each_part_of_the_hot_path(kafka_cfg, spark, tmp_path, capsys):
     result = _run(stages, "stages", ["--alerts", "20", "--repeats", "1", "--no-stamps"], kafka_cfg, tmp_path, capsys)
-    assert len(result["results"]) == 5 and all(r["best_s"] > 0 for r in result["results"])
+    assert len(result["results"]) == 6 and all(r["best_s"] > 0 for r in result["results"])
 
 
 def test_readme_tables_are_refreshed_from_the_results(tmp_path):
@@ -141,7 +144,7 @@ def test_readme_tables_are_refreshed_from_the_results(tmp_path):
 
 
 def test_lag_growth_is_flat_when_kept_up_and_the_deficit_when_not():
-    from bench.sustained import lag_growth
+    from bench.lags import lag_growth
 
     steady = [{"t": t, "lag": 100 if t % 2 else 0} for t in range(0, 41)]
     behind = [{"t": t, "lag": 30 * t} for t in range(0, 41)]

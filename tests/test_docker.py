@@ -123,7 +123,7 @@ def test_the_image_installs_with_the_same_make_steps():
 
 def _exported_metrics() -> set[str]:
     cfg = Config.load(ROOT / "conf" / "local.yaml", {"monitoring.port": None})
-    monitor = StreamMonitor(cfg, "s", "t", Path("/nonexistent"), "5s")
+    monitor = StreamMonitor(cfg, "s", "t")
     names = set()
     for family in monitor.registry.collect():
         names |= {family.name, f"{family.name}_total" if family.type == "counter" else family.name,

@@ -13,7 +13,7 @@ import time
 import pytest
 from confluent_kafka.admin import ConfigResource
 
-from conftest import ROOT, decode_messages, fault_row, stream_args, write_files
+from conftest import ROOT, decode_messages, fault_row, kafka_status_ports, listening_ports, stream_args, write_files
 from pipelines.filter_stream import run
 from pipelines.tables import table_paths
 from producers.command import ProduceOptions, produce
@@ -94,6 +94,19 @@ def _outcome(cfg: Config, spark, topic: str, produced: int, fault: str) -> dict:
     delivered = [m.headers["alert_id"] for m in read_topic(cfg, "filtered.f_b")]
     alerts = spark.read.format("delta").load(str(table_paths(cfg, topic)["alerts"]))
     return fault_row(fault, produced, alerts, delivered, expected)
+
+
+def test_kafka_status_shows_the_ports_each_node_listens_on(cluster_cfg):
+    """`skyfilter kafka status` with the default config (one node) still shows all three nodes, their real ports."""
+    result = subprocess.run([sys.executable, "-m", "skyfilter.cli", "kafka", "status", "--state-dir",
+                             str(cluster_cfg.state_dir)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    shown = kafka_status_ports(result.stdout)
+    nodes = LocalKafka(cluster_cfg, 3).nodes
+    assert set(shown) == {1, 2, 3}, result.stdout
+    for node in nodes:
+        assert set(shown[node.node_id]) == listening_ports(node.pid()), (node.node_id, result.stdout)
+    assert f"bootstrap servers {cluster_cfg.bootstrap_servers}" in result.stdout
 
 
 def test_kafka_node_killed_mid_night(cluster_cfg, spark, tmp_path, fault_report):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import kafka_status_ports, listening_ports
 from skyfilter.kafka_local import free_port_pair
 from skyfilter.processes import port_in_use
 
@@ -42,7 +43,10 @@ def test_start_status_stop_leaves_no_process(tmp_path):
     with socket.create_connection(("127.0.0.1", int(port)), timeout=5):
         pass
     status = skyfilter("kafka", "status", *where)
-    assert "node 1: running (pid" in status.stdout
+    [pid] = kafka_pids(tmp_path)
+    assert kafka_status_ports(status.stdout) == {1: (int(port), int(port) + 1)}
+    assert listening_ports(pid) == {int(port), int(port) + 1}
+    assert f"bootstrap servers 127.0.0.1:{port}" in status.stdout
     again = skyfilter("kafka", "start", *where)  # idempotent: already running
     assert again.returncode == 0 and len(kafka_pids(tmp_path)) == 1
     stopped = skyfilter("kafka", "stop", *where)

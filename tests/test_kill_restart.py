@@ -23,7 +23,7 @@ def start_stream(cfg, folder) -> tuple[subprocess.Popen, list[str]]:
     command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", TOPIC,
                "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
                "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir), "--trigger", "1s",
-               "--set", "stream.max_offsets_per_trigger=20"]
+               "--set", "stream.max_offsets_per_trigger=20", "--archive-trigger", "2s"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines: list[str] = []
@@ -60,11 +60,11 @@ def test_archive_is_exact_after_three_sigkills(kafka_cfg, spark, tmp_path, fault
         progress=False), log=lambda line: None)))
     producer.start()
 
-    checkpoint = kafka_cfg.checkpoint_dir / TOPIC
+    checkpoint = kafka_cfg.checkpoint_dir / TOPIC / "delivery"
     mid_batch = []
     # 1: during start-up and the first batches
     process, lines = start_stream(kafka_cfg, tmp_path)
-    wait_for(lines, "running: trigger", process)
+    wait_for(lines, "running: ", process)
     time.sleep(2.5)
     mid_batch.append(kill_job(process, checkpoint))
     # 2: at a batch boundary, as the next batch starts
@@ -88,7 +88,9 @@ def test_archive_is_exact_after_three_sigkills(kafka_cfg, spark, tmp_path, fault
     assert alerts.count() == 240 == alerts.select("alert_id").distinct().count(), "every alert exactly once"
     assert cutouts.count() == 240 == cutouts.select("alert_id").distinct().count()
     metrics = spark.read.format("delta").load(str(tables["metrics"]))
-    assert metrics.count() == metrics.select("batch_id").distinct().count()
+    assert metrics.count() == metrics.select("lane", "query_id", "batch_id").distinct().count()
+    matches = spark.read.format("delta").load(str(tables["matches"]))
+    assert matches.count() == matches.select("broker", "alert_id").distinct().count(), "each match archived once"
 
     # The broker topic: at least once; a killed batch is sent again, so duplicates are bounded by one
     # batch (max_offsets_per_trigger = 20 alerts) per kill, and each carries its alert id to drop them by.

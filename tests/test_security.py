@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from conftest import ROOT, decode_messages, stream_args, write_files
+from conftest import ROOT, decode_messages, kafka_status_ports, listening_ports, stream_args, write_files
 from pipelines.filter_stream import run
 from producers.command import ProduceOptions, produce
 from skyfilter.avro_schemas import rubin_schema
@@ -54,6 +54,17 @@ def test_start_creates_principals_and_never_prints_secrets(secure):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         password = json.loads(path.read_text())["password"]
         assert len(password) >= 24 and password not in started.stdout + started.stderr
+
+
+def test_kafka_status_shows_the_secure_node_ports(secure):
+    cfg = secure["cfg"]
+    result = subprocess.run([sys.executable, "-m", "skyfilter.cli", "kafka", "status", "--config",
+                             str(ROOT / "conf" / "secure.yaml"), "--state-dir", str(cfg.state_dir)],
+                            capture_output=True, text=True, timeout=60)
+    [node] = LocalKafka(cfg).nodes_on_disk()
+    assert kafka_status_ports(result.stdout) == {1: (node.broker_port, node.controller_port)}
+    assert listening_ports(node.pid()) == {node.broker_port, node.controller_port}
+    assert f"bootstrap servers {cfg.bootstrap_servers}" in result.stdout
 
 
 def test_unauthenticated_and_wrong_password_are_refused(secure):

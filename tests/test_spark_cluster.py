@@ -109,7 +109,8 @@ def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafk
                 samples = _scrape(url)
             except OSError:
                 samples = {}
-            if sum(_series(samples, "skyfilter_input_alerts_total").values()) >= produced:
+            if sum(_series(samples, "skyfilter_input_alerts_total", lane="delivery").values()) >= produced and \
+                    sum(_series(samples, "skyfilter_archived_alerts_total").values()) >= produced - BAD:
                 break
             time.sleep(1)
         assert job.poll() is None, f"the cluster job ended early: {log.read_text()[-2000:]}"
@@ -128,21 +129,24 @@ def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafk
     def total(name, **labels):
         return sum(_series(samples, name, stream="cl_cluster", **labels).values())
 
-    assert total("skyfilter_input_alerts_total") == produced
+    assert total("skyfilter_input_alerts_total", lane="delivery") == produced
+    assert total("skyfilter_input_alerts_total", lane="archive") == produced
     assert total("skyfilter_dead_letters_total") == BAD
     assert total("skyfilter_archived_alerts_total") == produced - BAD
     for name, count in local.matches_by_filter.items():
         assert total("skyfilter_filter_matches_total", filter=name) == count, name
     for broker, count in local.matches_by_broker.items():
         assert total("skyfilter_broker_messages_total", broker=broker) == count, broker
-    lag = _series(samples, "skyfilter_kafka_consumer_lag", stream="cl_cluster")
-    assert len(lag) == kafka_cfg.get("topics.alerts_partitions") and set(lag.values()) == {0.0}
+    for lane in ("delivery", "archive"):
+        lag = _series(samples, "skyfilter_kafka_consumer_lag", stream="cl_cluster", lane=lane)
+        assert len(lag) == kafka_cfg.get("topics.alerts_partitions") and set(lag.values()) == {0.0}, lane
     assert total("skyfilter_quarantined_filters") == 0
     assert total("skyfilter_batch_duration_seconds") > 0 and total("skyfilter_processed_rows_per_second") > 0
-    assert 0 < total("skyfilter_alert_latency_seconds", quantile="0.5") <= total(
-        "skyfilter_alert_latency_seconds", quantile="1")
+    assert 0 < total("skyfilter_alert_latency_seconds", lane="delivery", quantile="0.5") <= total(
+        "skyfilter_alert_latency_seconds", lane="delivery", quantile="1")
     assert f"stream 'cl_cluster': RUNNING (pid {status['pid']}" in screen and standalone.master_url in screen, screen
-    assert "Kafka lag 0 alerts" in screen and f"{produced:,} alerts in" in screen, screen
+    assert screen.count("Kafka lag 0 alerts") == 2 and f"{produced:,} alerts in" in screen, screen
+    assert "  delivery  last batch" in screen and "  archive   last batch" in screen, screen
 
     # The job ran on the workers: the master lists it as a finished application that used executors.
     apps = [a for a in standalone.state()["completedapps"] if a["name"] == "skyfilter-filter-stream-cl_cluster"]
@@ -167,7 +171,8 @@ def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafk
         assert mine == theirs and len(mine) == local.matches_by_broker[broker], broker
 
     # The Delta metrics table holds the same figures the endpoint served.
-    rows = spark.read.format("delta").load(str(delta / "cl_cluster" / "metrics")).orderBy("batch_id").collect()
+    rows = spark.read.format("delta").load(str(delta / "cl_cluster" / "metrics")).where("lane = 'delivery'") \
+        .orderBy("batch_id").collect()
     assert sum(r.input_alerts for r in rows) == produced and sum(r.rejected for r in rows) == BAD
     for name, count in local.matches_by_filter.items():
         assert sum(r.matches_by_filter.get(name, 0) for r in rows) == count

@@ -13,6 +13,7 @@ import json
 import fastavro
 import pytest
 from confluent_kafka import Producer
+from pyspark.sql import functions as F
 
 from conftest import check_topic, decode_messages, expected_deliveries, stream_args, write_files
 from pipelines.filter_stream import run
@@ -181,9 +182,15 @@ def test_matches_and_metrics_tables_agree_with_the_topics(sim, spark):
     per_broker = {r.broker: r["count"] for r in matches.groupBy("broker").count().collect()}
     for broker, topic in (("sim_full", "filtered.sim_full"), ("sim_pair", "sim.pair")):
         assert per_broker[broker] == len(read_topic(sim["cfg"], topic))
-    metrics = spark.read.format("delta").load(str(sim["tables"] / "metrics")).collect()
-    assert sum(m.input_alerts for m in metrics) == 122
-    assert sum(m.matches for m in metrics) == matches.count()
-    for m in metrics:
+    metrics = spark.read.format("delta").load(str(sim["tables"] / "metrics"))
+    delivery = metrics.where("lane = 'delivery'").collect()
+    assert sum(m.input_alerts for m in delivery) == 122
+    assert sum(m.matches for m in delivery) == matches.count()
+    for m in delivery:
         assert 0 < m.latency_p50_ms <= m.latency_p99_ms <= m.latency_max_ms
         assert m.started_at <= m.delivered_at <= m.finished_at
+    archive = metrics.where("lane = 'archive'").collect()
+    assert sum(m.archived for m in archive) == 120 and sum(m.rejected for m in archive) == 2
+    assert all(m.started_at <= m.finished_at and m.delivered_at is None for m in archive)
+    first = matches.agg(F.min(F.unix_millis("delivered_at") - F.unix_millis("kafka_timestamp"))).first()[0]
+    assert first > 0, "each match carries when it was delivered, after its input was appended"

@@ -1,0 +1,176 @@
+"""What the delivery lane sends for a batch of alerts: broker messages, dead letters and its log, in one pass.
+
+Every alert's filter verdicts become, per broker, the names of the broker's
+filters it matched (:func:`add_broker_matches`).  The per-visit caps
+(``pipelines/caps.py``) then say which of those matches are kept.  Finally each
+alert becomes an array of Kafka rows, exploded into what one Kafka sink writes
+(:func:`kafka_rows`; a ``topic`` column picks each row's topic):
+
+* one message per broker it goes to: ``full`` sends the input bytes unchanged,
+  ``nocutouts`` and ``lite`` re-encode the alert under their own registered
+  schema; headers ``filters`` (matched filter names, comma-separated),
+  ``alert_id`` (for de-duplication) and ``input_time`` (input Kafka timestamp, ms);
+* a dead letter if it did not decode: key and bytes unchanged, headers
+  ``reason``, ``source_topic``, ``source_partition``, ``source_offset``,
+  ``source_timestamp``;
+* one delivery-log record (JSON) if it went to any broker: which brokers, which
+  filters, and its Kafka position; the archive lane turns these into the
+  ``matches`` table, and the record's own append time is the delivery time.
+
+Neither a WHERE nor a lambda touches the decoded fields, so Spark decodes each
+alert once (``tests/test_stream_plan.py`` checks the optimized plan).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.avro.functions import to_avro
+
+from pipelines.decode import is_accepted
+from pipelines.filter_eval import filter_column
+from skyfilter.brokers import BrokerSpec
+from skyfilter.wire import frame
+
+HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
+                                         T.StructField("value", T.BinaryType())]))
+LOG_KIND_MATCH = "match"
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """How a broker's messages are re-encoded: a registered schema and the columns that fill it."""
+
+    schema_json: str
+    schema_id: int
+    columns: tuple[tuple[str, str], ...]  # (field name, SQL expression over the alert's columns)
+
+    def value(self) -> Column:
+        """The Confluent-framed Avro value of one alert under this encoding."""
+        record = F.struct(*[F.expr(expression).alias(name) for name, expression in self.columns])
+        return F.concat(F.lit(bytearray(frame(self.schema_id, b""))), to_avro(record, self.schema_json))
+
+
+def live_brokers(brokers: list[BrokerSpec]) -> list[tuple[int, BrokerSpec]]:
+    """(slot, broker) of every broker with at least one working filter; the slot names its columns."""
+    return [(slot, broker) for slot, broker in enumerate(brokers) if broker.enabled_filters]
+
+
+def matched_filters(slot: int) -> str:
+    """Column of a broker's matched filter names, comma-separated (null when none matched)."""
+    return f"_matched_{slot}"
+
+
+def kept(slot: int) -> str:
+    """Column saying whether the alert goes to the broker (matched, and within its per-visit cap)."""
+    return f"_keep_{slot}"
+
+
+def add_broker_matches(evaluated: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
+    """Add, per live broker, the names of its filters the alert matched (null when none did)."""
+    columns = {}
+    for slot, broker in live_brokers(brokers):
+        names = F.concat_ws(",", *[F.when(F.col(filter_column(f)), F.lit(f)) for f in broker.enabled_filters])
+        columns[matched_filters(slot)] = F.when(names != "", names)
+    return evaluated.withColumns(columns) if columns else evaluated
+
+
+def any_match(brokers: list[BrokerSpec]) -> Column:
+    """True when the alert matched at least one broker (before caps)."""
+    flags = [F.col(matched_filters(slot)).isNotNull() for slot, _ in live_brokers(brokers)]
+    return F.greatest(*flags, F.lit(False)) if flags else F.lit(False)
+
+
+def keep_every_match(frame_: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
+    """Mark every match as kept (no broker is capped)."""
+    return frame_.withColumns({kept(slot): F.col(matched_filters(slot)).isNotNull()
+                               for slot, _ in live_brokers(brokers)})
+
+
+def _header(key: str, value: Column) -> Column:
+    return F.struct(F.lit(key).alias("key"), F.encode(value, "UTF-8").alias("value"))
+
+
+def _row(topic: Column, key: Column, value: Column, headers: Column) -> Column:
+    return F.struct(topic.alias("topic"), key.alias("key"), value.alias("value"), headers.alias("headers"))
+
+
+def _broker_message(slot: int, broker: BrokerSpec, value: Column) -> Column:
+    headers = F.array(_header("filters", F.col(matched_filters(slot))), _header("alert_id", F.col("alert_id")),
+                      _header("input_time", F.unix_millis("kafka_timestamp").cast("string")))
+    return F.when(F.col(kept(slot)), _row(F.lit(broker.topic), F.col("kafka_key"), value, headers))
+
+
+def _dead_letter(topic: str) -> Column:
+    headers = F.array(
+        _header("reason", F.col("reject_reason")),
+        _header("source_topic", F.col("kafka_topic")),
+        _header("source_partition", F.col("kafka_partition").cast("string")),
+        _header("source_offset", F.col("kafka_offset").cast("string")),
+        _header("source_timestamp", F.unix_millis("kafka_timestamp").cast("string")),
+    )
+    return F.when(~is_accepted(), _row(F.lit(topic), F.col("kafka_key"), F.col("kafka_value"), headers))
+
+
+def _broker_entries(brokers: list[BrokerSpec]) -> Column:
+    """The brokers an alert went to, as structs (broker, topic, format, filters)."""
+    return F.array_compact(F.array(*[
+        F.when(F.col(kept(slot)), F.struct(F.lit(b.name).alias("broker"), F.lit(b.topic).alias("topic"),
+                                           F.lit(b.format).alias("format"),
+                                           F.col(matched_filters(slot)).alias("filters")))
+        for slot, b in live_brokers(brokers)]))
+
+
+def _log_record(topic: str, brokers: list[BrokerSpec], batch_id: int, lane: str, went_anywhere: Column) -> Column:
+    record = F.struct(F.lit(LOG_KIND_MATCH).alias("kind"), F.lit(lane).alias("lane"),
+                      F.lit(batch_id).cast("long").alias("batch_id"),
+                      "night", "visit_id", "alert_id", "kafka_topic", "kafka_partition", "kafka_offset",
+                      F.unix_millis("kafka_timestamp").alias("kafka_timestamp_ms"),
+                      _broker_entries(brokers).alias("brokers"))
+    return F.when(went_anywhere, _row(F.lit(topic), F.col("kafka_key"), F.to_json(record).cast("binary"),
+                                      F.array().cast(HEADERS_TYPE)))
+
+
+def kafka_rows(decided: DataFrame, brokers: list[BrokerSpec], encodings: dict[str, Encoding],
+               deadletter_topic: str | None, log_topic: str | None, batch_id: int = -1, lane: str = "delivery"
+               ) -> DataFrame:
+    """The rows one Kafka sink writes for alerts whose ``kept`` columns are set: topic, key, value, headers.
+
+    Each re-encoding is computed once per alert, and only for alerts that some
+    broker using it keeps.  Without ``deadletter_topic`` undecodable messages are
+    left to another lane; without ``log_topic`` no delivery-log records are written.
+    """
+    live = live_brokers(brokers)
+    encoded, values = {}, {}
+    for slot, broker in live:
+        encoding = encodings.get(broker.name)
+        if encoding is None:
+            values[slot] = F.col("kafka_value")
+            continue
+        name = encoded.setdefault(encoding, f"_encoded_{len(encoded)}")
+        values[slot] = F.col(name)
+    users = {name: [slot for slot, b in live if encodings.get(b.name) == encoding]
+             for encoding, name in encoded.items()}
+    with_values = decided.withColumns({
+        name: F.when(F.greatest(*[F.col(kept(s)) for s in users[name]], F.lit(False)), encoding.value())
+        for encoding, name in encoded.items()}) if encoded else decided
+    went_anywhere = F.greatest(*[F.col(kept(slot)) for slot, _ in live], F.lit(False))
+    rows = [_broker_message(slot, broker, values[slot]) for slot, broker in live]
+    if deadletter_topic:
+        rows.append(_dead_letter(deadletter_topic))
+    if log_topic:
+        rows.append(_log_record(log_topic, brokers, batch_id, lane, went_anywhere))
+    return with_values.select(F.explode(F.array_compact(F.array(*rows))).alias("out")).select("out.*")
+
+
+def match_rows(decided: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
+    """One row per kept (alert, broker) match: what the ``matches`` table holds (re-filtering writes these)."""
+    entry = F.explode(_broker_entries(brokers)).alias("match")
+    return decided.select("night", "visit_id", "alert_id", "kafka_partition", "kafka_offset", "kafka_timestamp",
+                          entry).select(
+        "night", "visit_id", "alert_id", F.col("match.broker").alias("broker"), F.col("match.topic").alias("topic"),
+        F.split(F.col("match.filters"), ",").alias("filters"), F.col("match.format").alias("format"),
+        "kafka_partition", "kafka_offset", "kafka_timestamp")

@@ -1,0 +1,194 @@
+"""The delivery lane in Spark's Real-time Mode (``--trigger realtime``): each alert delivered as it arrives.
+
+Real-time Mode (Spark 4.1) runs one long-lived task per input partition that
+reads, filters and writes each record as it comes, instead of planning a
+micro-batch every time; its trigger duration is how often progress is
+checkpointed, not a latency.  PySpark 4.1 has no keyword for it: the JVM
+trigger ``Trigger.RealTime`` is set on the writer's JVM object.
+
+What it can serve, in Spark 4.1: stateless queries on a Kafka source and sink,
+without Python UDFs.  So a broker is delivered in Real-time Mode when all its
+filters are SQL and it has no per-visit cap (a cap needs state across
+records); every other broker is served by the micro-batch delivery lane beside
+it (``pipelines/delivery_lane.py``), which also reads the topic.  The split is
+printed when the stream starts.  Delivery is at-least-once: a restarted query
+resends what it wrote since its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from pipelines.delivery_lane import batch_figures, batch_stats, evaluate, lane_filters, report_batch, summary_record
+from pipelines.delivery_log import SummaryWriter
+from pipelines.monitoring import StreamMonitor
+from pipelines.outgoing import kafka_rows, keep_every_match
+from pipelines.stream_plan import StreamPlan
+from pipelines.totals import StreamTotals
+from skyfilter.brokers import BrokerSpec, load_brokers
+from skyfilter.errors import SkyfilterError
+
+LANE = "realtime"
+REALTIME_TRIGGER = "realtime"
+OBSERVATION = "skyfilter_realtime"
+
+
+def realtime_refusal(broker: BrokerSpec, plan: StreamPlan) -> str | None:
+    """Why a broker cannot be delivered in Real-time Mode (None when it can)."""
+    kinds = {spec.name: spec.kind for spec in plan.filters}
+    python = [name for name in broker.enabled_filters if kinds.get(name) == "python"]
+    reasons = []
+    if broker.max_alerts_per_visit is not None:
+        reasons.append(f"max_alerts_per_visit {broker.max_alerts_per_visit}")
+    if python:
+        reasons.append(f"Python filter(s) {', '.join(python)}")
+    return "; ".join(reasons) or None
+
+
+def auto_trigger(filters_dir: Path, brokers_file: Path) -> tuple[str, str]:
+    """``--trigger auto``: (trigger, why) - ``realtime`` when Real-time Mode can serve every broker, else ``0``.
+
+    Read from the files alone, before Spark starts (its master depends on it).
+    """
+    kinds = {path.stem: path.suffix for path in filters_dir.glob("*") if path.suffix in (".sql", ".py")}
+    misfits = []
+    for broker in load_brokers(brokers_file):
+        python = [f for f in broker.filters if kinds.get(f) == ".py"]
+        if broker.max_alerts_per_visit is not None or python:
+            misfits.append(broker.name)
+    if not misfits:
+        return REALTIME_TRIGGER, "every broker has SQL filters and no cap: Real-time Mode"
+    return "0", (f"broker(s) {', '.join(misfits)} need micro-batches (a per-visit cap or a Python filter): "
+                 f"micro-batches back to back")
+
+
+def split_line(plan: StreamPlan) -> str:
+    """One line saying which brokers go in Real-time Mode and which in micro-batches, and why."""
+    live = [b for b in plan.brokers if b.enabled_filters]
+    fast = [b.name for b in live if realtime_refusal(b, plan) is None]
+    slow = [f"{b.name} ({realtime_refusal(b, plan)})" for b in live if realtime_refusal(b, plan) is not None]
+    line = f"realtime: {len(fast)} of {len(live)} broker(s) in Real-time Mode" + (f": {', '.join(fast)}" if fast
+                                                                                     else "")
+    if slow:
+        line += f"; in micro-batches beside it (Real-time Mode has no state and no Python): {', '.join(slow)}"
+    return line
+
+
+def task_slots(spark: SparkSession) -> int:
+    """Tasks this Spark can run at once (local[N]: N; a cluster: its executors' cores)."""
+    return int(spark.sparkContext.defaultParallelism)
+
+
+def slots_needed(partitions: int) -> int:
+    """Task slots Real-time Mode needs: one long-running task per input partition, plus room for the
+    micro-batch delivery lane and the archive lane beside it."""
+    return partitions + 2
+
+
+class RealtimeLane:
+    """The Real-time Mode query of a stream, restarted when what it serves changes."""
+
+    def __init__(self, spark: SparkSession, plan: StreamPlan, source: DataFrame, interval: str,
+                 sink_options: dict[str, str], monitor: StreamMonitor, totals: StreamTotals,
+                 summaries: SummaryWriter, log=print):
+        self.spark = spark
+        self.plan = plan
+        self.source = source
+        self.interval = interval
+        self.sink_options = sink_options
+        self.monitor = monitor
+        self.totals = totals
+        self.summaries = summaries
+        self.log = log
+        self.query: StreamingQuery | None = None
+        self.served: tuple = ()
+        self.listener = _ProgressListener(self)
+        spark.streams.addListener(self.listener)
+
+    def brokers(self) -> list[BrokerSpec]:
+        """The brokers this lane delivers to now."""
+        return [b for b in self.plan.brokers if b.enabled_filters and realtime_refusal(b, self.plan) is None]
+
+    def signature(self) -> tuple:
+        """What the query was built from: its brokers, their filters and the filters' files."""
+        digests = {spec.name: spec.digest for spec in self.plan.filters}
+        return tuple((b.name, b.topic, b.format, tuple((f, digests.get(f)) for f in b.enabled_filters))
+                     for b in self.brokers())
+
+    def start(self) -> StreamingQuery:
+        """Start the query (resuming from its checkpoint)."""
+        brokers = self.brokers()
+        filters = lane_filters(self.plan, brokers)
+        evaluated = evaluate(self.plan, self.source, brokers).observe(
+            OBSERVATION, *batch_figures(filters, brokers, per_visit=False))
+        rows = kafka_rows(keep_every_match(evaluated, brokers), brokers, self.plan.encodings,
+                          self.plan.deadletter_topic, self.plan.delivery_log_topic, -1, LANE)
+        writer = (rows.writeStream.format("kafka").options(**self.sink_options).queryName(f"skyfilter_{LANE}_"
+                                                                                           f"{self.plan.name}")
+                  .option("checkpointLocation", str(self.plan.lane_checkpoint(LANE))).outputMode("update"))
+        jvm = self.spark.sparkContext._jvm
+        self.query = StreamingQuery(writer._jwrite.trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(
+            self.interval)).start())
+        self.served = self.signature()
+        return self.query
+
+    def restart_if_changed(self) -> bool:
+        """After a reload: restart the query when its brokers or their filters changed."""
+        if self.query is None or self.signature() == self.served:
+            return False
+        self.log(f"reload: restarting the Real-time Mode query for {', '.join(b.name for b in self.brokers())}")
+        self.query.stop()
+        self.start()
+        return True
+
+    def progress(self, progress) -> None:
+        """One finished Real-time batch (every checkpoint interval): its figures to the log, metrics and totals."""
+        observed = (progress.observedMetrics or {}).get(OBSERVATION)
+        if observed is None or not observed["input_alerts"]:
+            return
+        finished = time.time()
+        started = finished - progress.batchDuration / 1000.0
+        brokers = self.brokers()
+        filters = lane_filters(self.plan, brokers)
+        stats = batch_stats(observed.asDict(), finished, filters)
+        stats["latency"], stats["latency_max"] = [None, None, None], None  # records leave as they come
+        stats["matches"] = sum(stats["by_broker"].values())
+        figures = self.monitor.batch_figures(LANE, progress.batchId, started, finished, stats["input_alerts"], [])
+        self.summaries.write(summary_record(self.plan, LANE, self.monitor.run_id, progress.batchId,
+                                            f"realtime {self.interval}", (started, None, finished), stats,
+                                            figures, []))
+        self.monitor.observe_delivery(LANE, progress.batchId, stats, figures, started, None, finished,
+                                      [f.name for f in filters])
+        self.totals.add_delivery(stats, started, finished)
+        report_batch(self.log, LANE, progress.batchId, stats, self.plan.deadletter_topic, started, None)
+
+    def close(self) -> None:
+        self.spark.streams.removeListener(self.listener)
+
+
+class _ProgressListener(StreamingQueryListener):
+    """Hands the Real-time query's progress events to its lane (Spark calls this on its listener thread)."""
+
+    def __init__(self, lane: RealtimeLane):
+        self.lane = lane
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        query = self.lane.query
+        if query is not None and str(event.progress.id) == str(query.id):
+            try:
+                self.lane.progress(event.progress)
+            except SkyfilterError as exc:  # the summary could not be logged: say so, the query goes on
+                self.lane.log(f"realtime batch {event.progress.batchId}: {exc}")
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass

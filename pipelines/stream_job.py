@@ -1,0 +1,354 @@
+"""The lanes of one stream job, started together and watched until the job stops.
+
+* delivery: micro-batches (``pipelines/delivery_lane.py``), or Real-time Mode
+  for the brokers it can serve (``pipelines/realtime.py``) with micro-batches
+  beside it for the others;
+* archive: its own query, checkpoint and slower trigger (``pipelines/archive_lane.py``).
+
+Each lane's jobs run in their own FAIR scheduler pool (``conf/fairscheduler.xml``),
+so a batch of the archive never queues ahead of a delivery batch.  The lanes
+share one plan (filters, brokers, schemas), reloaded and quarantined in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from pipelines.archive_lane import ArchiveLane
+from pipelines.caps import VisitCaps
+from pipelines.delivery_lane import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
+from pipelines.delivery_log import SummaryWriter, delivered_so_far
+from pipelines.kafka_watch import KafkaWatch
+from pipelines.monitoring import StreamMonitor
+from pipelines.quarantine import Quarantine
+from pipelines.realtime import RealtimeLane, realtime_refusal, slots_needed, split_line, task_slots
+from pipelines.reload import PlanReloader
+from pipelines.stream_plan import StreamPlan
+from pipelines.totals import StreamTotals
+from skyfilter.config import Config
+from skyfilter.errors import SkyfilterError
+from skyfilter.kafka_clients import spark_sink_options, spark_source_options
+from skyfilter.topics import topic_partitions
+
+REALTIME = "realtime"
+
+
+@dataclass
+class Triggers:
+    """How each lane is triggered."""
+
+    delivery: str             # "0s", "5s"..., "realtime", or "availableNow"
+    archive: str              # "10s"..., or "availableNow"
+    realtime_interval: str    # Real-time Mode's checkpoint interval
+
+    @property
+    def available_now(self) -> bool:
+        return self.delivery == "availableNow"
+
+
+def trigger_keywords(label: str) -> dict:
+    """Keyword arguments of ``DataStreamWriter.trigger`` for a micro-batch trigger label."""
+    if label == "availableNow":
+        return {"availableNow": True}
+    return {"processingTime": duration(label)}
+
+
+def duration(text: str) -> str:
+    """'0', '500ms', '5s', '1m' -> Spark's '500 milliseconds' form; anything else is a one-line error."""
+    text = str(text).strip()
+    if text in ("0", "0s", "asap"):
+        return "0 seconds"
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|milliseconds?|seconds?|minutes?|hours?)?", text)
+    if not match:
+        raise SkyfilterError(f"'{text}' is not a duration like 500ms, 5s or 1m")
+    unit = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}.get(match[2] or "s", match[2])
+    return f"{match[1]} {unit if unit.endswith('s') else unit + 's'}"
+
+
+class StreamJob:
+    """Starts the lanes of a stream, keeps its status file current, and stops them."""
+
+    def __init__(self, spark: SparkSession, cfg: Config, plan: StreamPlan, triggers: Triggers, lanes: set[str],
+                 log=print):
+        self.spark = spark
+        self.cfg = cfg
+        self.plan = plan
+        self.triggers = triggers
+        self.lanes = lanes
+        self.log = log
+        self.totals = StreamTotals()
+        self.monitor = StreamMonitor(cfg, plan.name, plan.topic, log)
+        self.queries: dict[str, StreamingQuery] = {}
+        self.realtime: RealtimeLane | None = None
+        self.summaries: SummaryWriter | None = None
+        self.reloader: PlanReloader | None = None
+        self.archive: ArchiveLane | None = None
+        self.delivery: DeliveryLane | None = None
+        self.triggered: dict[str, str] = {}  # micro-batch lane -> the trigger its query was started with
+        self.recovered: set[str] = set()
+
+    # ----------------------------------------------------------------- start
+    def start(self) -> None:
+        """Start every lane asked for; the delivery lanes after the archive's tables exist."""
+        plan, cfg = self.plan, self.cfg
+        if "archive" in self.lanes:
+            self.archive = ArchiveLane(self.spark, plan, self.triggers.archive, spark_sink_options(cfg),
+                                       self.monitor, self.totals, self.log)
+            self.archive.prepare()
+        if "delivery" in self.lanes:
+            self._start_delivery()
+        if self.archive is not None and not self.triggers.available_now:
+            self._start_archive(self.triggers.archive)
+        if self.monitor.url:
+            self.log(f"metrics at {self.monitor.url}")
+
+    def _start_delivery(self) -> None:
+        plan, cfg = self.plan, self.cfg
+        self.spark.conf.set(*V1_SOURCES_WITHOUT_KAFKA)
+        self.summaries = SummaryWriter(cfg, plan.delivery_log_topic)
+        quarantine = Quarantine(self.spark, cfg, plan, cfg.path("stream.filters_dir"), self.log)
+        if cfg.get("stream.hot_reload", True):
+            self.reloader = PlanReloader(self.spark, cfg, plan, cfg.path("stream.filters_dir"),
+                                         cfg.path("stream.brokers"), self.log)
+        realtime = self.triggers.delivery == REALTIME
+        if realtime:
+            self._check_slots()
+            self.log(split_line(plan))
+            self.realtime = RealtimeLane(self.spark, plan, self._source("realtime"), self.triggers.realtime_interval,
+                                         spark_sink_options(cfg), self.monitor, self.totals, self.summaries,
+                                         self.log)
+            self.monitor.add_lane("realtime", plan.lane_checkpoint("realtime"),
+                                  f"realtime {self.triggers.realtime_interval}")
+            with _pool(self.spark, "realtime"):
+                self.queries["realtime"] = self.realtime.start()
+        needs_batches = not realtime or any(realtime_refusal(b, plan) for b in plan.brokers if b.enabled_filters)
+        if not needs_batches:
+            return
+        caps = VisitCaps()
+        caps.restore(delivered_so_far(self.spark, cfg, plan.delivery_log_topic, "delivery",
+                                      plan.lane_checkpoint("delivery")))
+        label = "0s" if realtime else self.triggers.delivery
+        self.delivery = DeliveryLane(
+            self.spark, plan, label, spark_sink_options(cfg), self.monitor, self.totals, self.summaries, caps,
+            serves=(lambda broker: realtime_refusal(broker, plan) is not None) if realtime else (lambda broker: True),
+            dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader, log=self.log)
+        self.delivery.warm_up()
+        self.monitor.add_lane("delivery", plan.lane_checkpoint("delivery"), label)
+        self._start_batches("delivery", label)
+
+    def _start_archive(self, trigger: str) -> StreamingQuery:
+        self.monitor.add_lane("archive", self.plan.lane_checkpoint("archive"), trigger)
+        return self._start_batches("archive", trigger)
+
+    def _start_batches(self, lane: str, trigger: str) -> StreamingQuery:
+        """Start (or restart) the micro-batch query of the delivery or the archive lane."""
+        batch_function, topics, bound = ((self.delivery, None, "stream.max_offsets_per_trigger") if lane == "delivery"
+                                         else (self.archive, self.archive.topics, "archive.max_offsets_per_trigger"))
+        source = self._source(lane, topics).option("maxOffsetsPerTrigger", int(self.cfg.get(bound))).load()
+        with _pool(self.spark, lane):
+            query = (source.writeStream.queryName(f"skyfilter_{lane}_{self.plan.name}").foreachBatch(batch_function)
+                     .option("checkpointLocation", str(self.plan.lane_checkpoint(lane)))
+                     .trigger(**trigger_keywords(trigger)).start())
+        self.queries[lane] = query
+        self.triggered[lane] = trigger
+        return query
+
+    def _recover(self, lane: str, exc: BaseException) -> StreamingQuery | None:
+        """Restart a micro-batch lane that hit Spark 4.1.1's Kafka progress bug on a recovered batch; else None.
+
+        After a crash, the batch that was planned but not committed runs again from
+        the checkpoint; it completes and commits, then Spark 4.1.1's Kafka source
+        fails reporting its progress (SPARK-55271: its latest offsets were never
+        fetched in this run).  Restarting resumes after that committed batch.
+        """
+        if lane in self.recovered or lane not in self.triggered or not _spark_55271(exc):
+            return None
+        self.recovered.add(lane)
+        self.log(f"{lane} lane: Spark 4.1.1 failed reporting the progress of the batch recovered from its "
+                 f"checkpoint (SPARK-55271); that batch is committed, so the lane restarts after it")
+        return self._start_batches(lane, self.triggered[lane])
+
+    def _source(self, lane: str, topics: list[str] | None = None):
+        """A Kafka source of the lane: its topics, from the configured starting offsets."""
+        options = spark_source_options(self.cfg)
+        if lane == REALTIME:  # long-polling: a fetch returns as soon as data comes, and costs nothing while idle
+            options["kafka.fetch.max.wait.ms"] = str(int(self.cfg.get("stream.realtime.fetch_max_wait_ms")))
+        reader = (self.spark.readStream.format("kafka").options(**options)
+                  .option("subscribe", ",".join(topics or [self.plan.topic]))
+                  .option("startingOffsets", str(self.cfg.get("stream.starting_offsets"))))
+        return reader.load() if lane == REALTIME else reader
+
+    def _check_slots(self) -> None:
+        partitions = topic_partitions(self.cfg, self.plan.topic) or int(self.cfg.get("topics.alerts_partitions"))
+        need, have = slots_needed(partitions), task_slots(self.spark)
+        if have < need:
+            raise SkyfilterError(
+                f"Real-time Mode runs one long-lived task per input partition: topic '{self.plan.topic}' has "
+                f"{partitions}, so this stream needs {need} task slots and Spark has {have}; start it with "
+                f"--master local[{need}] (or more executor cores on a cluster)")
+
+    # ----------------------------------------------------------------- run
+    def run_available_now(self) -> None:
+        """Process what the topic holds now: delivery first, then the archive of it all."""
+        for lane in ("delivery",):
+            query = self.queries.get(lane)
+            if query is not None:
+                self._await(lane, query)
+        if self.archive is not None:
+            self._await("archive", self._start_archive("availableNow"))
+
+    def _await(self, lane: str, query: StreamingQuery) -> None:
+        while True:
+            try:
+                query.awaitTermination()
+                failed = query.exception()
+            except Exception as exc:  # noqa: BLE001 - StreamingQueryException and py4j errors alike
+                failed = exc
+            if failed is None:
+                return
+            query = self._recover(lane, failed)
+            if query is None:
+                raise self.failure(lane, failed)
+
+    def wait(self, idle_s: float | None) -> None:
+        """Block until a lane fails, a signal comes, Kafka is away too long, or every lane has been idle long enough.
+
+        On an idle stop the archive catches up with everything delivered before the job ends.
+        """
+        status = self.cfg.run_dir / f"filter_stream.{self.plan.name}.json"
+        status.parent.mkdir(parents=True, exist_ok=True)
+        context = self.spark.sparkContext
+        about = {"pid": os.getpid(), "topic": self.plan.topic, "started_at": time.time(), "status": "running",
+                 "trigger": self.triggers.delivery, "checkpoint": str(self.plan.checkpoint),
+                 "master": context.master, "application_id": context.applicationId, "metrics_url": self.monitor.url,
+                 "query_ids": {lane: str(q.id) for lane, q in self.queries.items()}}
+        stop = {"signal": None}
+
+        def on_signal(signum, _frame):
+            stop["signal"] = signum
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)} \
+            if threading.current_thread() is threading.main_thread() else {}
+        started = time.time()
+        watch = KafkaWatch(self.cfg, self.log).start()
+        drain = False
+        try:
+            while self.queries:
+                self.monitor.tick()
+                status.write_text(json.dumps(about | self.monitor.snapshot | {"totals": self.totals.as_dict()},
+                                             default=str))
+                if not self._poll(0.5):
+                    break
+                self._reload_realtime()
+                outage = watch.over_limit()
+                if outage is not None:
+                    raise outage
+                if stop["signal"] is not None:
+                    self.log(f"stopping on signal {signal.Signals(stop['signal']).name}")
+                    break
+                if idle_s is not None and self._idle() and watch.down_since is None \
+                        and time.time() - max(started, self.totals.last_input_at, watch.back_at) > idle_s:
+                    self.log(f"no new alerts for {idle_s:.0f} s: stopping")
+                    drain = True
+                    break
+        finally:
+            watch.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.stop()
+            status.unlink(missing_ok=True)
+        if drain and self.archive is not None:
+            self._await("archive", self._start_archive("availableNow"))
+
+    def _poll(self, seconds: float) -> bool:
+        """Wait on every query for a while; False once one stopped without an error (someone stopped it).
+
+        A failed query is restarted when it hit SPARK-55271 (see :meth:`_recover`), else its error is raised.
+        """
+        for lane, query in list(self.queries.items()):
+            try:
+                query.awaitTermination(seconds / len(self.queries))
+                failed = None if query.isActive else query.exception()
+            except Exception as exc:  # noqa: BLE001 - StreamingQueryException and py4j errors alike
+                failed = exc
+            if failed is not None and self._recover(lane, failed) is None:
+                raise self.failure(lane, failed)
+            if failed is None and not query.isActive:
+                return False
+        return True
+
+    def _reload_realtime(self) -> None:
+        """Hot reload for Real-time Mode: between its batches the micro-batch lane reloads; here the main loop does."""
+        if self.realtime is None:
+            return
+        if self.reloader is not None:
+            self.reloader.check()
+        if self.realtime.restart_if_changed():
+            self.queries["realtime"] = self.realtime.query
+
+    def _idle(self) -> bool:
+        """No micro-batch query has data waiting or a trigger under way (a Real-time query always runs one)."""
+        for lane, query in self.queries.items():
+            if lane == REALTIME:
+                continue
+            state = query.status
+            if state.get("isDataAvailable", False) or state.get("isTriggerActive", False):
+                return False
+        return True
+
+    def stop(self) -> None:
+        """Stop every query: the delivery lanes first, then the archive."""
+        for lane in ("realtime", "delivery", "archive"):
+            query = self.queries.pop(lane, None)
+            if query is not None and query.isActive:
+                query.stop()
+        if self.realtime is not None:
+            self.realtime.close()
+
+    def close(self) -> None:
+        """Stop the metrics endpoint and the summary producer."""
+        if self.summaries is not None:
+            self.summaries.close()
+        self.monitor.close()
+
+    def failure(self, lane: str, exc: BaseException) -> SkyfilterError:
+        """One line for the user; the whole error goes to a log file next to the status file."""
+        text = str(exc)
+        path = self.cfg.run_dir / f"filter_stream.{self.plan.name}.error.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        python_errors = [line.strip() for line in text.splitlines()
+                         if re.match(r"^\s*[A-Za-z_.]+(Error|Exception):", line)]
+        reason = python_errors[-1] if python_errors else (text.strip().splitlines() or ["unknown error"])[0]
+        return SkyfilterError(f"stream '{self.plan.name}' failed in its {lane} lane: {reason[:300]} "
+                              f"(full error in {path})")
+
+
+def _spark_55271(exc: BaseException) -> bool:
+    """Whether a query failed on Spark 4.1.1's NullPointerException in the Kafka source's progress metrics."""
+    text = str(exc)
+    return "IterableOps.map" in text and "Option.get()" in text and "is null" in text
+
+
+class _pool:
+    """Jobs of a query started inside this block run in the given FAIR scheduler pool."""
+
+    def __init__(self, spark: SparkSession, name: str):
+        self.context = spark.sparkContext
+        self.name = name
+
+    def __enter__(self):
+        self.context.setLocalProperty("spark.scheduler.pool", self.name)
+
+    def __exit__(self, *_):
+        self.context.setLocalProperty("spark.scheduler.pool", None)
+

@@ -1,0 +1,66 @@
+"""Running totals of one run of the stream job, for its closing summary and its status file."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StreamTotals:
+    """What the lanes of this run did so far (updated from each lane's thread, under ``lock``)."""
+
+    batches: int = 0          # delivery batches (micro-batch and realtime) with alerts
+    archive_batches: int = 0
+    input_alerts: int = 0
+    rejected: int = 0
+    archived: int = 0
+    matches_by_broker: Counter = field(default_factory=Counter)
+    matches_by_filter: Counter = field(default_factory=Counter)
+    dropped_by_cap: Counter = field(default_factory=Counter)
+    last_input_at: float = 0.0
+    delivery_started: float | None = None   # wall clock of the first delivery batch with alerts
+    delivery_finished: float | None = None  # and of the end of the last one
+    delivery_busy_s: float = 0.0            # summed time of the delivery batches with alerts
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add_delivery(self, stats: dict, started: float, finished: float) -> None:
+        """Count one delivery batch (its ``stats`` as the delivery lanes compute them)."""
+        with self.lock:
+            if stats["input_alerts"]:
+                self.delivery_started = min(self.delivery_started or started, started)
+                self.delivery_finished = max(self.delivery_finished or finished, finished)
+                self.delivery_busy_s += finished - started
+            self.batches += 1
+            self.input_alerts += stats["input_alerts"]
+            self.rejected += stats["rejected"]
+            self.matches_by_broker.update(stats["by_broker"])
+            self.matches_by_filter.update(stats["by_filter"])
+            self.dropped_by_cap.update(stats.get("dropped_by_broker", {}))
+            if stats["input_alerts"]:
+                self.last_input_at = max(self.last_input_at, finished)
+
+    def add_archive(self, archived: int, finished: float) -> None:
+        """Count one archive batch."""
+        with self.lock:
+            self.archive_batches += 1
+            self.archived += archived
+            if archived:
+                self.last_input_at = max(self.last_input_at, finished)
+
+    def as_dict(self) -> dict:
+        """The figures of the status file."""
+        return {"input_alerts": self.input_alerts, "archived": self.archived, "dead_letters": self.rejected,
+                "matches": sum(self.matches_by_broker.values()), "by_broker": dict(self.matches_by_broker)}
+
+
+def summary_lines(totals: StreamTotals) -> list[str]:
+    """The closing summary of a run."""
+    lines = [f"{totals.batches} delivery batch(es), {totals.archive_batches} archive batch(es): "
+             f"{totals.input_alerts} alerts in, {totals.archived} archived, {totals.rejected} rejected"]
+    lines += [f"  filter {name}: {count} matches" for name, count in sorted(totals.matches_by_filter.items())]
+    lines += [f"  broker {name}: {count} alerts" + (f" ({totals.dropped_by_cap[name]} more over max_alerts_per_visit)"
+                                                    if totals.dropped_by_cap[name] else "")
+              for name, count in sorted(totals.matches_by_broker.items())]
+    return lines

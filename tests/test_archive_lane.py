@@ -1,0 +1,118 @@
+"""The archive lane killed mid-night and restarted, while the delivery lane runs in its own process:
+delivery never pauses (alerts produced meanwhile are delivered as fast as before), and the archive ends
+with every alert and every match exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+from conftest import ROOT, decode_messages, fault_row, stream_args, write_files
+from pipelines.filter_stream import run
+from pipelines.tables import table_paths
+from producers.command import ProduceOptions, produce
+from skyfilter.avro_schemas import rubin_schema
+from skyfilter.delivery import read_topic
+
+TOPIC = "lanes.alerts"
+
+
+class Job:
+    """One filter_stream.py process (one lane), its output lines and the time each line came."""
+
+    def __init__(self, cfg, folder, lane: str, *extra: str):
+        command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", TOPIC, "--lane", lane,
+                   "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
+                   "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir),
+                   "--set", "monitoring.port=null", *extra]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                        start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.lines: list[tuple[float, str]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.time(), line.strip()))
+
+    def wait_for(self, text: str, timeout: float = 240) -> float:
+        """When the job printed a line containing ``text`` (waiting for it)."""
+        deadline = time.time() + timeout
+        while True:
+            found = [moment for moment, line in list(self.lines) if text in line]
+            if found:
+                return found[0]
+            assert self.process.poll() is None, f"job exited early: {self.lines[-5:]}"
+            assert time.time() < deadline, f"no '{text}' within {timeout} s: {self.lines[-5:]}"
+            time.sleep(0.1)
+
+    def archived(self) -> int:
+        return sum(int(line.split(": ")[1].split()[0]) for _, line in list(self.lines)
+                   if line.startswith("archive batch "))
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)  # driver, JVM and Python workers at once
+        self.process.wait(30)
+
+
+def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exactly_once(
+        kafka_cfg, spark, tmp_path, fault_report):
+    write_files(tmp_path / "filters", {"some.sql": "diaSource.snr > 10"})
+    (tmp_path / "brokers.yaml").write_text("max_alerts_per_visit: null\nbrokers:\n  lanes_b:\n    filters: [some]\n")
+    produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=5, interval_s=0.0, stamps=False,
+                                      seed=40, night="2026-11-08", progress=False), log=lambda line: None)
+    delivery = Job(kafka_cfg, tmp_path, "delivery", "--trigger", "0")
+    archive = Job(kafka_cfg, tmp_path, "archive", "--archive-trigger", "1s")
+    delivery.wait_for("running: ")
+    archive.wait_for("running: ")
+    produced: list = []
+    producer = threading.Thread(target=lambda: produced.append(produce(kafka_cfg, ProduceOptions(
+        topic=TOPIC, visits=8, alerts_per_visit=20, interval_s=3.0, stamps=True, seed=41, night="2026-11-09",
+        progress=False), log=lambda line: None)))
+    began = time.time()
+    producer.start()
+    try:
+        while archive.archived() < 45:  # the warm-up alerts and two visits of the night are archived
+            assert time.time() - began < 120 and archive.process.poll() is None, archive.lines[-5:]
+            time.sleep(0.2)
+        archive.kill()
+        killed_at = time.time()
+        time.sleep(6)
+        archive = Job(kafka_cfg, tmp_path, "archive", "--archive-trigger", "1s")
+        back_at = archive.wait_for("archive batch ")  # the restarted lane archives again
+        producer.join(120)
+        assert produced and produced[0].alerts == 160 and produced[0].failures == 0
+        delivered = time.time()
+        while sum(1 for _, line in delivery.lines if line.startswith("batch ")) == 0 or \
+                time.time() - max(moment for moment, _ in delivery.lines) < 5:
+            assert time.time() - delivered < 120, delivery.lines[-5:]
+            time.sleep(0.5)
+    finally:
+        for job in (delivery, archive):
+            if job.process.poll() is None:
+                job.kill()
+    run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
+                    extra=["--lane", "archive"]), spark, lambda line: None)  # the archive catches up, once
+
+    records = decode_messages(read_topic(kafka_cfg, TOPIC), rubin_schema("10.0"))
+    expected = {str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 10}
+    messages = read_topic(kafka_cfg, "filtered.lanes_b")
+    before = [m.latency_ms for m in messages if began <= int(m.headers["input_time"]) / 1000 < killed_at]
+    during = [m.latency_ms for m in messages if killed_at <= int(m.headers["input_time"]) / 1000 < back_at]
+    assert len(before) >= 10 and len(during) >= 10, (len(before), len(during))
+    assert statistics.median(during) <= 2 * statistics.median(before) + 1000, (sorted(before), sorted(during))
+    assert max(during) <= max(max(before) * 2, 5000), (sorted(before), sorted(during))
+
+    tables = table_paths(kafka_cfg, TOPIC)
+    alerts = spark.read.format("delta").load(str(tables["alerts"]))
+    row = fault_row("kill -9 the archive lane mid-night, restart it 6 s later (delivery in its own process)",
+                    len(records), alerts, [m.headers["alert_id"] for m in messages], expected)
+    fault_report.append(row)
+    assert row["archived"] == row["archive_rows"] == len(records) == 165, "every alert archived exactly once"
+    assert row["lost"] == 0 and row["duplicated"] == 0
+    matches = spark.read.format("delta").load(str(tables["matches"]))
+    assert sorted(r.alert_id for r in matches.collect()) == sorted(expected), "every match archived exactly once"

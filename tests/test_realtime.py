@@ -1,0 +1,118 @@
+"""Real-time Mode end to end: ``filter_stream.py --trigger realtime`` as an operator runs it.
+
+Brokers it can serve (SQL filters, no cap) go through Spark's Real-time Mode;
+a capped broker and one with a Python filter go through micro-batches beside
+it.  Every broker topic must equal an independent evaluation of the produced
+alerts, the capped one within its cap, and the archive lane must hold every
+alert once and every match with its delivery time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+from confluent_kafka import Producer
+
+from conftest import ROOT, check_topic, decode_messages, expected_deliveries, write_files
+from pipelines.tables import table_paths
+from producers.command import ProduceOptions, produce
+from skyfilter.avro_schemas import rubin_schema
+from skyfilter.delivery import read_topic
+from skyfilter.registry import open_registry, subject_for
+
+TOPIC = "rt.alerts"
+LITE_SQL = "SELECT alert_id, diaSource.snr FROM alerts WHERE diaSource.snr > 10"
+NEGATIVE_PY = '''
+from skyfilter import alert_filter
+
+
+@alert_filter(columns=["diaSource.psfFlux"])
+def negative(flux):
+    return flux < 0
+'''
+BROKERS = """
+max_alerts_per_visit: null
+brokers:
+  rt_full:
+    filters: [bright]
+  rt_lite:
+    filters: [snr10]
+    format: lite
+  rt_capped:
+    filters: [bright]
+    max_alerts_per_visit: 3
+  rt_python:
+    filters: [negative]
+    format: nocutouts
+"""
+PREDICATES = {
+    "bright": lambda a: a["diaSource"]["snr"] > 20,
+    "snr10": lambda a: a["diaSource"]["snr"] > 10,
+    "negative": lambda a: a["diaSource"]["psfFlux"] < 0,
+}
+
+
+def test_realtime_brokers_and_micro_batch_brokers_equal_an_independent_evaluation(kafka_cfg, spark, tmp_path):
+    write_files(tmp_path / "filters", {"bright.sql": "diaSource.snr > 20", "snr10.sql": LITE_SQL,
+                                       "negative.py": NEGATIVE_PY})
+    (tmp_path / "brokers.yaml").write_text(BROKERS)
+    open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), exclusive=True)
+    command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", TOPIC,
+               "--filters-dir", str(tmp_path / "filters"), "--brokers", str(tmp_path / "brokers.yaml"),
+               "--bootstrap", kafka_cfg.bootstrap_servers, "--state-dir", str(kafka_cfg.state_dir),
+               "--trigger", "realtime", "--archive-trigger", "2s", "--stop-when-idle", "12",
+               "--set", "stream.realtime.checkpoint_interval=5s", "--set", "monitoring.port=null",
+               "--set", "topics.alerts_partitions=3"]
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(line.rstrip() for line in job.stdout), daemon=True).start()
+    deadline = time.time() + 240
+    while not any("running: " in line for line in lines):
+        assert job.poll() is None and time.time() < deadline, "\n".join(lines[-20:])
+        time.sleep(0.5)
+    produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=40, interval_s=2.0, stamps=True,
+                                      seed=31, night="2026-11-14", progress=False), log=lambda line: None)
+    bad = Producer({"bootstrap.servers": kafka_cfg.bootstrap_servers})
+    bad.produce(TOPIC, key=b"bad", value=b"not an alert")
+    bad.flush(10)
+    assert job.wait(timeout=400) == 0, "\n".join(lines[-30:])
+
+    split = next(line for line in lines if line.startswith("realtime: "))
+    assert "2 of 4 broker(s) in Real-time Mode: rt_full, rt_lite" in split, split
+    assert "rt_capped (max_alerts_per_visit 3)" in split and "rt_python (Python filter(s) negative)" in split
+    assert any("Spark master local[2] -> local[5]" in line for line in lines), "one task slot per partition + 2"
+
+    inputs = [m for m in read_topic(kafka_cfg, TOPIC) if m.key != b"bad"]
+    records = {str(r["diaSourceId"]): r for r in decode_messages(inputs, rubin_schema("10.0"))}
+    by_id = {str(r["diaSourceId"]): m for r, m in zip(records.values(), inputs, strict=True)}
+    expected = expected_deliveries(records, {name: [(f, PREDICATES[f])] for name, f in (
+        ("rt_full", "bright"), ("rt_lite", "snr10"), ("rt_python", "negative"))})
+    assert expected["rt_full"] and expected["rt_lite"] and expected["rt_python"]
+    check_topic(read_topic(kafka_cfg, "filtered.rt_full"), expected["rt_full"], by_id, full=True)
+    check_topic(read_topic(kafka_cfg, "filtered.rt_lite"), expected["rt_lite"], by_id, full=False)
+    check_topic(read_topic(kafka_cfg, "filtered.rt_python"), expected["rt_python"], by_id, full=False)
+    capped = read_topic(kafka_cfg, "filtered.rt_capped")
+    per_visit = Counter(records[m.headers["alert_id"]]["diaSource"]["visit"] for m in capped)
+    assert sorted(per_visit.values()) == [3, 3] and {m.headers["alert_id"] for m in capped} <= set(expected["rt_full"])
+    [letter] = read_topic(kafka_cfg, f"{TOPIC}.deadletter")
+    assert letter.key == b"bad" and "magic byte" in letter.headers["reason"]
+
+    realtime_latency = [m.latency_ms for topic in ("filtered.rt_full", "filtered.rt_lite")
+                        for m in read_topic(kafka_cfg, topic)]
+    assert max(realtime_latency) < 5000, f"Real-time Mode delivered within seconds: {sorted(realtime_latency)[-5:]}"
+
+    tables = table_paths(kafka_cfg, TOPIC)
+    alerts = spark.read.format("delta").load(str(tables["alerts"]))
+    assert alerts.count() == 80 == alerts.select("alert_id").distinct().count()
+    matches = spark.read.format("delta").load(str(tables["matches"]))
+    lanes = {(r.broker, r.lane) for r in matches.select("broker", "lane").distinct().collect()}
+    assert lanes == {("rt_full", "realtime"), ("rt_lite", "realtime"), ("rt_capped", "delivery"),
+                     ("rt_python", "delivery")}
+    assert matches.count() == matches.select("broker", "alert_id").distinct().count() == \
+        len(expected["rt_full"]) + len(expected["rt_lite"]) + len(expected["rt_python"]) + 6

@@ -1,0 +1,119 @@
+"""The delivery lane's hot query, checked where Spark decides its cost: the optimized plan and the jobs it runs.
+
+Each alert is decoded once (one ``from_avro``, with the reader schema that
+leaves the cutouts out), nothing is cached, and a micro-batch runs one Spark
+job, caps and Python filters included.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import stream_args, write_files
+from pipelines.caps import VisitCaps
+from pipelines.delivery_lane import DeliveryLane
+from pipelines.delivery_log import SummaryWriter
+from pipelines.filter_stream import run
+from pipelines.monitoring import StreamMonitor
+from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, build_plan
+from pipelines.totals import StreamTotals
+from producers.command import ProduceOptions, produce
+from skyfilter.registry import open_registry, subject_for
+
+TOPIC = "plan.alerts"
+FILTERS = {
+    "bright.sql": "diaSource.snr > 30 AND diaSource.reliability > 0.5",
+    "snr.sql": "SELECT alert_id, diaSource.snr FROM alerts WHERE diaSource.snr > 10",
+    "negative.py": '''
+from skyfilter import alert_filter
+
+
+@alert_filter(columns=["diaSource.psfFlux"])
+def negative(flux):
+    return flux < 0
+''',
+}
+BROKERS = """
+brokers:
+  p_full:
+    filters: [bright, negative]
+    max_alerts_per_visit: 5
+  p_nocut:
+    filters: [bright]
+    format: nocutouts
+  p_lite:
+    filters: [snr]
+    format: lite
+    max_alerts_per_visit: null
+"""
+
+
+@pytest.fixture(scope="module")
+def planned(kafka_cfg, spark, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plan")
+    write_files(folder / "filters", FILTERS)
+    (folder / "brokers.yaml").write_text(BROKERS)
+    produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=20, interval_s=0.0, stamps=True,
+                                      seed=5, night="2026-11-10", progress=False), log=lambda line: None)
+    schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
+    plan = build_plan(spark, kafka_cfg, TOPIC, TOPIC, folder / "filters", folder / "brokers.yaml", schema)
+    monitor = StreamMonitor(kafka_cfg.copy(), TOPIC, TOPIC)
+    lane = DeliveryLane(spark, plan, "0s", {}, monitor, StreamTotals(), SummaryWriter(kafka_cfg, "unused"),
+                        VisitCaps())
+    yield {"plan": plan, "lane": lane, "folder": folder}
+    monitor.close()
+
+
+def _plan_text(frame) -> str:
+    return frame._jdf.queryExecution().optimizedPlan().toString()
+
+
+def test_the_delivery_query_decodes_once_without_cutouts_and_caches_nothing(spark, planned):
+    raw = spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
+    rows, _ = planned["lane"].outgoing(raw, 0)
+    plan = _plan_text(rows)
+    assert plan.count("from_avro(") == 1, "each alert is decoded once"
+    reader = json.loads(planned["plan"].reader_json)
+    assert not [f for f in reader["fields"] if f["name"].startswith("cutout")]
+    assert planned["plan"].reader_json in plan, "the reader schema without cutouts is the one from_avro resolves to"
+    assert "InMemoryRelation" not in plan, "nothing is cached on the delivery path"
+    executed = rows._jdf.queryExecution().executedPlan().toString()
+    assert executed.count("Exchange hashpartitioning(visit_id") == 1, "the caps are one window over each visit"
+    assert "ArrowEvalPython" in executed, "all Python filters in one pandas UDF"
+    assert rows.columns == ["topic", "key", "value", "headers"]
+
+
+def test_without_caps_the_delivery_query_has_no_shuffle(spark, planned):
+    plan = planned["plan"]
+    uncapped = [b for b in plan.brokers if b.max_alerts_per_visit is None]
+    lane = planned["lane"]
+    lane.serves = lambda broker: broker in uncapped
+    try:
+        rows, _ = lane.outgoing(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), 0)
+    finally:
+        lane.serves = lambda broker: True
+    assert "Exchange" not in rows._jdf.queryExecution().executedPlan().toString()
+
+
+def test_a_micro_batch_is_one_spark_job(kafka_cfg, spark, planned):
+    folder = planned["folder"]
+    totals = run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml", name="plan_jobs",
+                             extra=["--lane", "delivery", "--set", "stream.max_offsets_per_trigger=15"]),
+                 spark, lambda line: None)
+    assert totals.batches >= 3 and totals.input_alerts == 40
+    jobs = _jobs_described_as(spark, "skyfilter_delivery_plan_jobs")
+    assert len(jobs) == totals.batches, f"{len(jobs)} Spark jobs for {totals.batches} delivery batches: {jobs}"
+
+
+def _jobs_described_as(spark, text: str) -> list[str]:
+    """Descriptions of the jobs Spark ran whose description holds ``text`` (a streaming query names its jobs)."""
+    iterator = spark.sparkContext._jsc.sc().statusStore().jobsList(None).iterator()
+    found = []
+    while iterator.hasNext():
+        job = iterator.next()
+        description = job.description().get() if job.description().isDefined() else ""
+        if text in description:
+            found.append(description.replace("\n", " "))
+    return found
