@@ -67,16 +67,16 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
                                       seed=40, night="2026-11-08", progress=False), log=lambda line: None)
     delivery = Job(kafka_cfg, tmp_path, "delivery", "--trigger", "0")
     archive = Job(kafka_cfg, tmp_path, "archive", "--archive-trigger", "1s")
-    delivery.wait_for("running: ")
-    archive.wait_for("running: ")
+    delivery.wait_for("batch 0: ")
+    archive.wait_for("archive batch 0: ")  # both lanes warm: the warm-up visit is delivered and archived
     produced: list = []
     producer = threading.Thread(target=lambda: produced.append(produce(kafka_cfg, ProduceOptions(
-        topic=TOPIC, visits=8, alerts_per_visit=20, interval_s=3.0, stamps=True, seed=41, night="2026-11-09",
+        topic=TOPIC, visits=20, alerts_per_visit=20, interval_s=3.0, stamps=True, seed=41, night="2026-11-09",
         progress=False), log=lambda line: None)))
     began = time.time()
     producer.start()
     try:
-        while archive.archived() < 45:  # the warm-up alerts and two visits of the night are archived
+        while archive.archived() < 25:  # the warm-up alerts and the night's first visit are archived
             assert time.time() - began < 120 and archive.process.poll() is None, archive.lines[-5:]
             time.sleep(0.2)
         archive.kill()
@@ -85,7 +85,7 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
         archive = Job(kafka_cfg, tmp_path, "archive", "--archive-trigger", "1s")
         back_at = archive.wait_for("archive batch ")  # the restarted lane archives again
         producer.join(120)
-        assert produced and produced[0].alerts == 160 and produced[0].failures == 0
+        assert produced and produced[0].alerts == 400 and produced[0].failures == 0
         delivered = time.time()
         while sum(1 for _, line in delivery.lines if line.startswith("batch ")) == 0 or \
                 time.time() - max(moment for moment, _ in delivery.lines) < 5:
@@ -112,7 +112,7 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
     row = fault_row("kill -9 the archive lane mid-night, restart it 6 s later (delivery in its own process)",
                     len(records), alerts, [m.headers["alert_id"] for m in messages], expected)
     fault_report.append(row)
-    assert row["archived"] == row["archive_rows"] == len(records) == 165, "every alert archived exactly once"
+    assert row["archived"] == row["archive_rows"] == len(records) == 405, "every alert archived exactly once"
     assert row["lost"] == 0 and row["duplicated"] == 0
     matches = spark.read.format("delta").load(str(tables["matches"]))
     assert sorted(r.alert_id for r in matches.collect()) == sorted(expected), "every match archived exactly once"
