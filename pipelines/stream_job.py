@@ -37,7 +37,7 @@ from pipelines.totals import StreamTotals
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 from skyfilter.kafka_clients import spark_sink_options, spark_source_options
-from skyfilter.topics import topic_partitions
+from skyfilter.topics import ensure_topics, topic_partitions
 
 REALTIME = "realtime"
 
@@ -188,7 +188,10 @@ class StreamJob:
         return reader.load() if lane == REALTIME else reader
 
     def _check_slots(self) -> None:
-        partitions = topic_partitions(self.cfg, self.plan.topic) or int(self.cfg.get("topics.alerts_partitions"))
+        partitions = topic_partitions(self.cfg, self.plan.topic)
+        if not partitions:  # Real-time Mode's source fails on a topic that does not exist yet; micro-batches wait
+            partitions = int(self.cfg.get("topics.alerts_partitions"))
+            ensure_topics(self.cfg, {self.plan.topic: partitions})
         need, have = slots_needed(partitions), task_slots(self.spark)
         if have < need:
             raise SkyfilterError(
@@ -222,7 +225,8 @@ class StreamJob:
     def wait(self, idle_s: float | None) -> None:
         """Block until a lane fails, a signal comes, Kafka is away too long, or every lane has been idle long enough.
 
-        On an idle stop the archive catches up with everything delivered before the job ends.
+        On an idle stop and on SIGTERM/SIGINT the delivery lanes stop first, then the archive catches up with
+        everything they delivered before the job ends, so a clean stop leaves a complete archive.
         """
         status = self.cfg.run_dir / f"filter_stream.{self.plan.name}.json"
         status.parent.mkdir(parents=True, exist_ok=True)
@@ -253,7 +257,10 @@ class StreamJob:
                 if outage is not None:
                     raise outage
                 if stop["signal"] is not None:
-                    self.log(f"stopping on signal {signal.Signals(stop['signal']).name}")
+                    self.log(f"stopping on signal {signal.Signals(stop['signal']).name}" + (
+                        ": the archive catches up with what was delivered (the same signal again stops at once)"
+                        if self.archive is not None else ""))
+                    drain = True
                     break
                 if idle_s is not None and self._idle() and watch.down_since is None \
                         and time.time() - max(started, self.totals.last_input_at, watch.back_at) > idle_s:
