@@ -22,17 +22,16 @@ from __future__ import annotations
 import time
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipelines.archive import record_schema, split_archive, with_message_hash
 from pipelines.decode import is_accepted
 from pipelines.delivery_log import batch_records, checkpoint_query_id, match_records
-from pipelines.monitoring import StreamMonitor
+from pipelines.lane import Lane, LaneServices
 from pipelines.nightly_topics import NightlyTopics
-from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
+from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA
 from pipelines.tables import METRICS_SCHEMA, append, insert_new, is_table, run_side_by_side
-from pipelines.totals import StreamTotals
 
 LANE = "archive"
 MATCH_KEYS = ["night", "broker", "kafka_topic", "kafka_partition", "kafka_offset"]
@@ -40,18 +39,13 @@ METRIC_KEYS = ["lane", "query_id", "batch_id"]
 BROKER_VISIT_KEYS = ["query_id", "batch_id", "broker", "visit_id"]
 
 
-class ArchiveLane:
+class ArchiveLane(Lane):
     """The ``foreachBatch`` function of the archive lane."""
 
-    def __init__(self, spark: SparkSession, plan: StreamPlan, trigger: str, kafka_options: dict[str, str],
-                 monitor: StreamMonitor, totals: StreamTotals, log=print):
-        self.spark = spark
-        self.plan = plan
+    def __init__(self, services: LaneServices, trigger: str):
+        super().__init__(services)
+        plan = services.plan
         self.trigger = trigger
-        self.kafka_options = kafka_options
-        self.monitor = monitor
-        self.totals = totals
-        self.log = log
         self.app_id = f"skyfilter:{plan.name}:{LANE}"
         self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema) \
             if plan.cfg.get("stream.nightly_topics.enabled", False) else None

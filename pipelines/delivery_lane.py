@@ -14,19 +14,18 @@ import itertools
 import time
 from collections.abc import Callable
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from pipelines.caps import VisitCaps, match_keys
 from pipelines.decode import is_accepted
 from pipelines.delivery_log import SummaryWriter, checkpoint_query_id
 from pipelines.filter_eval import PYTHON_COLUMN, REPORT_FIELD, add_filter_columns, filter_column, merge_reports
-from pipelines.monitoring import StreamMonitor
+from pipelines.lane import Lane, LaneServices
 from pipelines.outgoing import add_broker_matches, kafka_rows, live_brokers, matched_filters
 from pipelines.quarantine import Quarantine
 from pipelines.reload import PlanReloader
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
-from pipelines.totals import StreamTotals
 from skyfilter.brokers import BrokerSpec
 from skyfilter.filter_loader import FilterSpec
 
@@ -110,26 +109,20 @@ def summary_record(plan: StreamPlan, lane: str, run_id: str, batch_id: int, trig
             "kafka_lag": {str(k): v for k, v in figures["kafka_lag"].items()}, "broker_visits": broker_visits}
 
 
-class DeliveryLane:
+class DeliveryLane(Lane):
     """The ``foreachBatch`` function of the micro-batch delivery lane."""
 
-    def __init__(self, spark: SparkSession, plan: StreamPlan, trigger: str, kafka_options: dict[str, str],
-                 monitor: StreamMonitor, totals: StreamTotals, summaries: SummaryWriter, caps: VisitCaps,
+    def __init__(self, services: LaneServices, trigger: str, summaries: SummaryWriter, caps: VisitCaps,
                  serves: Callable[[BrokerSpec], bool] = lambda broker: True, dead_letters: bool = True,
-                 quarantine: Quarantine | None = None, reloader: PlanReloader | None = None, log=print):
-        self.spark = spark
-        self.plan = plan
+                 quarantine: Quarantine | None = None, reloader: PlanReloader | None = None):
+        super().__init__(services)
         self.trigger = trigger
-        self.kafka_options = kafka_options
-        self.monitor = monitor
-        self.totals = totals
         self.summaries = summaries
         self.caps = caps
         self.serves = serves
         self.dead_letters = dead_letters
         self.quarantine = quarantine
         self.reloader = reloader
-        self.log = log
 
     def brokers(self) -> list[BrokerSpec]:
         """The brokers this lane delivers to now (the plan may change on reload or quarantine)."""

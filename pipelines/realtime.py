@@ -25,10 +25,9 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from pipelines.delivery_lane import batch_figures, batch_stats, evaluate, lane_filters, report_batch, summary_record
 from pipelines.delivery_log import SummaryWriter
-from pipelines.monitoring import StreamMonitor
+from pipelines.lane import Lane, LaneServices
 from pipelines.outgoing import kafka_rows, keep_every_match
 from pipelines.stream_plan import StreamPlan
-from pipelines.totals import StreamTotals
 from skyfilter.brokers import BrokerSpec, load_brokers
 from skyfilter.errors import SkyfilterError
 
@@ -89,25 +88,18 @@ def slots_needed(partitions: int) -> int:
     return partitions + 2
 
 
-class RealtimeLane:
+class RealtimeLane(Lane):
     """The Real-time Mode query of a stream, restarted when what it serves changes."""
 
-    def __init__(self, spark: SparkSession, plan: StreamPlan, source: DataFrame, interval: str,
-                 sink_options: dict[str, str], monitor: StreamMonitor, totals: StreamTotals,
-                 summaries: SummaryWriter, log=print):
-        self.spark = spark
-        self.plan = plan
+    def __init__(self, services: LaneServices, source: DataFrame, interval: str, summaries: SummaryWriter):
+        super().__init__(services)
         self.source = source
         self.interval = interval
-        self.sink_options = sink_options
-        self.monitor = monitor
-        self.totals = totals
         self.summaries = summaries
-        self.log = log
         self.query: StreamingQuery | None = None
         self.served: tuple = ()
         self.listener = _ProgressListener(self)
-        spark.streams.addListener(self.listener)
+        self.spark.streams.addListener(self.listener)
 
     def brokers(self) -> list[BrokerSpec]:
         """The brokers this lane delivers to now."""
@@ -127,7 +119,7 @@ class RealtimeLane:
             OBSERVATION, *batch_figures(filters, brokers, per_visit=False))
         rows = kafka_rows(keep_every_match(evaluated, brokers), brokers, self.plan.encodings,
                           self.plan.deadletter_topic, self.plan.delivery_log_topic, -1, LANE)
-        writer = (rows.writeStream.format("kafka").options(**self.sink_options).queryName(f"skyfilter_{LANE}_"
+        writer = (rows.writeStream.format("kafka").options(**self.kafka_options).queryName(f"skyfilter_{LANE}_"
                                                                                            f"{self.plan.name}")
                   .option("checkpointLocation", str(self.plan.lane_checkpoint(LANE))).outputMode("update"))
         jvm = self.spark.sparkContext._jvm

@@ -28,6 +28,7 @@ from pipelines.caps import VisitCaps
 from pipelines.delivery_lane import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
 from pipelines.delivery_log import SummaryWriter, delivered_so_far
 from pipelines.kafka_watch import KafkaWatch
+from pipelines.lane import LaneServices
 from pipelines.monitoring import StreamMonitor
 from pipelines.quarantine import Quarantine
 from pipelines.realtime import RealtimeLane, realtime_refusal, slots_needed, split_line, task_slots
@@ -87,6 +88,7 @@ class StreamJob:
         self.log = log
         self.totals = StreamTotals()
         self.monitor = StreamMonitor(cfg, plan.name, plan.topic, log)
+        self.services = LaneServices(spark, plan, spark_sink_options(cfg), self.monitor, self.totals, log)
         self.queries: dict[str, StreamingQuery] = {}
         self.realtime: RealtimeLane | None = None
         self.summaries: SummaryWriter | None = None
@@ -99,10 +101,8 @@ class StreamJob:
     # ----------------------------------------------------------------- start
     def start(self) -> None:
         """Start every lane asked for; the delivery lanes after the archive's tables exist."""
-        plan, cfg = self.plan, self.cfg
         if "archive" in self.lanes:
-            self.archive = ArchiveLane(self.spark, plan, self.triggers.archive, spark_sink_options(cfg),
-                                       self.monitor, self.totals, self.log)
+            self.archive = ArchiveLane(self.services, self.triggers.archive)
             self.archive.prepare()
         if "delivery" in self.lanes:
             self._start_delivery()
@@ -123,9 +123,8 @@ class StreamJob:
         if realtime:
             self._check_slots()
             self.log(split_line(plan))
-            self.realtime = RealtimeLane(self.spark, plan, self._source("realtime"), self.triggers.realtime_interval,
-                                         spark_sink_options(cfg), self.monitor, self.totals, self.summaries,
-                                         self.log)
+            self.realtime = RealtimeLane(self.services, self._source("realtime"), self.triggers.realtime_interval,
+                                         self.summaries)
             self.monitor.add_lane("realtime", plan.lane_checkpoint("realtime"),
                                   f"realtime {self.triggers.realtime_interval}")
             with _pool(self.spark, "realtime"):
@@ -138,9 +137,9 @@ class StreamJob:
                                       plan.lane_checkpoint("delivery")))
         label = "0s" if realtime else self.triggers.delivery
         self.delivery = DeliveryLane(
-            self.spark, plan, label, spark_sink_options(cfg), self.monitor, self.totals, self.summaries, caps,
+            self.services, label, self.summaries, caps,
             serves=(lambda broker: realtime_refusal(broker, plan) is not None) if realtime else (lambda broker: True),
-            dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader, log=self.log)
+            dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader)
         self.delivery.warm_up()
         self.monitor.add_lane("delivery", plan.lane_checkpoint("delivery"), label)
         self._start_batches("delivery", label)

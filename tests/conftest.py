@@ -18,6 +18,15 @@ from skyfilter.wire import unframe
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
+# a Python filter several tests use: alerts whose difference flux is negative
+NEGATIVE_PY = '''
+from skyfilter import alert_filter
+
+
+@alert_filter(columns=["diaSource.psfFlux"])
+def negative(flux):
+    return flux < 0
+'''
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from collections import defaultdict
 import pytest
 from pyspark.sql import functions as F
 
-from conftest import stream_args, write_files
+from conftest import NEGATIVE_PY, stream_args, write_files
 from pipelines import replay_night
 from pipelines.filter_stream import run
 from pipelines.night_reader import NightSelection, read_alerts
@@ -20,14 +20,7 @@ TOPIC = "night.alerts"
 NIGHT = "2026-11-16"
 FILTERS = {
     "bright.sql": "diaSource.snr > 30 AND diaSource.reliability > 0.5",
-    "negative.py": '''
-from skyfilter import alert_filter
-
-
-@alert_filter(columns=["diaSource.psfFlux"])
-def negative(flux):
-    return flux < 0
-''',
+    "negative.py": NEGATIVE_PY,
 }
 BROKERS = "max_alerts_per_visit: null\nbrokers:\n  night_full:\n    filters: [bright, negative]\n  night_nocut:\n" \
           "    filters: [negative]\n    format: nocutouts\n"

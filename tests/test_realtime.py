@@ -18,7 +18,7 @@ from collections import Counter
 
 from confluent_kafka import Producer
 
-from conftest import ROOT, check_topic, decode_messages, expected_deliveries, write_files
+from conftest import NEGATIVE_PY, ROOT, check_topic, decode_messages, expected_deliveries, write_files
 from pipelines.tables import table_paths
 from producers.command import ProduceOptions, produce
 from skyfilter.avro_schemas import rubin_schema
@@ -27,14 +27,6 @@ from skyfilter.registry import open_registry, subject_for
 
 TOPIC = "rt.alerts"
 LITE_SQL = "SELECT alert_id, diaSource.snr FROM alerts WHERE diaSource.snr > 10"
-NEGATIVE_PY = '''
-from skyfilter import alert_filter
-
-
-@alert_filter(columns=["diaSource.psfFlux"])
-def negative(flux):
-    return flux < 0
-'''
 BROKERS = """
 max_alerts_per_visit: null
 brokers:

@@ -11,11 +11,12 @@ import json
 
 import pytest
 
-from conftest import stream_args, write_files
+from conftest import NEGATIVE_PY, stream_args, write_files
 from pipelines.caps import VisitCaps
 from pipelines.delivery_lane import DeliveryLane
 from pipelines.delivery_log import SummaryWriter
 from pipelines.filter_stream import run
+from pipelines.lane import LaneServices
 from pipelines.monitoring import StreamMonitor
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, build_plan
 from pipelines.totals import StreamTotals
@@ -26,14 +27,7 @@ TOPIC = "plan.alerts"
 FILTERS = {
     "bright.sql": "diaSource.snr > 30 AND diaSource.reliability > 0.5",
     "snr.sql": "SELECT alert_id, diaSource.snr FROM alerts WHERE diaSource.snr > 10",
-    "negative.py": '''
-from skyfilter import alert_filter
-
-
-@alert_filter(columns=["diaSource.psfFlux"])
-def negative(flux):
-    return flux < 0
-''',
+    "negative.py": NEGATIVE_PY,
 }
 BROKERS = """
 brokers:
@@ -60,8 +54,8 @@ def planned(kafka_cfg, spark, tmp_path_factory):
     schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
     plan = build_plan(spark, kafka_cfg, TOPIC, TOPIC, folder / "filters", folder / "brokers.yaml", schema)
     monitor = StreamMonitor(kafka_cfg.copy(), TOPIC, TOPIC)
-    lane = DeliveryLane(spark, plan, "0s", {}, monitor, StreamTotals(), SummaryWriter(kafka_cfg, "unused"),
-                        VisitCaps())
+    lane = DeliveryLane(LaneServices(spark, plan, {}, monitor, StreamTotals()), "0s",
+                        SummaryWriter(kafka_cfg, "unused"), VisitCaps())
     yield {"plan": plan, "lane": lane, "folder": folder}
     monitor.close()
 

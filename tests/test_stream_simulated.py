@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
-from conftest import check_topic, decode_messages, expected_deliveries, stream_args, write_files
+from conftest import NEGATIVE_PY, check_topic, decode_messages, expected_deliveries, stream_args, write_files
 from pipelines.filter_stream import run
 from producers.command import ProduceOptions, produce
 from skyfilter.avro_schemas import cutout_fields, rubin_schema
@@ -25,14 +25,6 @@ from skyfilter.wire import frame, unframe
 
 TOPIC = "sim.alerts"
 
-NEGATIVE_PY = '''
-from skyfilter import alert_filter
-
-
-@alert_filter(columns=["diaSource.psfFlux"])
-def negative(flux):
-    return flux < 0
-'''
 
 SNR_POS_PY = '''
 from skyfilter import alert_filter

@@ -1,0 +1,40 @@
+"""What every lane of a stream job shares: Spark, the plan, the Kafka sink settings, the monitor, the totals."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from pipelines.monitoring import StreamMonitor
+from pipelines.stream_plan import StreamPlan
+from pipelines.totals import StreamTotals
+
+
+@dataclass(frozen=True)
+class LaneServices:
+    """The pieces of one stream job that its delivery, real-time and archive lanes all use.
+
+    The plan is shared, not copied: hot reload and quarantine change it for every lane at once.
+    """
+
+    spark: SparkSession
+    plan: StreamPlan
+    kafka_options: dict[str, str]  # the Kafka sink's connection settings
+    monitor: StreamMonitor
+    totals: StreamTotals
+    log: Callable[[str], None] = print
+
+
+class Lane:
+    """Base of the lanes: exposes the shared services as attributes."""
+
+    def __init__(self, services: LaneServices):
+        self.services = services
+        self.spark = services.spark
+        self.plan = services.plan
+        self.kafka_options = services.kafka_options
+        self.monitor = services.monitor
+        self.totals = services.totals
+        self.log = services.log
