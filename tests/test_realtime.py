@@ -75,7 +75,7 @@ def test_realtime_brokers_and_micro_batch_brokers_equal_an_independent_evaluatio
     bad.flush(10)
     assert job.wait(timeout=400) == 0, "\n".join(lines[-30:])
 
-    split = next(line for line in lines if line.startswith("realtime: "))
+    split = next(line for line in lines if "broker(s) in Real-time Mode" in line)
     assert "2 of 4 broker(s) in Real-time Mode: rt_full, rt_lite" in split, split
     assert "rt_capped (max_alerts_per_visit 3)" in split and "rt_python (Python filter(s) negative)" in split
     assert any("Spark master local[2] -> local[5]" in line for line in lines), "one task slot per partition + 2"
