@@ -56,7 +56,7 @@ demo: setup
 	$(VENV)/bin/skyfilter demo
 
 test: setup
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=15
 
 # Benchmarks, not tests: results (JSON, CSV, Markdown, PNG) go to bench/results, runs to .local/bench/bench_runs.
 BENCH ?= producer stages grid visit-burst side-by-side filter-scaling trigger-sweep sustained catch-up

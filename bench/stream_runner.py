@@ -18,8 +18,8 @@ from pathlib import Path
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 
-DELIVERY_LINE = re.compile(r"^(?:realtime )?batch (\d+): (\d+) alerts")
-ARCHIVE_LINE = re.compile(r"^archive batch (\d+): (\d+) alerts archived, (\d+) rejected")
+DELIVERY_LINE = re.compile(r"^(?:realtime )?batch (\d+): (\d+) alerts, (\d+) matches")
+ARCHIVE_LINE = re.compile(r"^archive batch (\d+): (\d+) alerts archived, (\d+) rejected, (\d+) matches logged")
 
 
 @dataclass
@@ -46,7 +46,7 @@ class StreamRun:
         """
         deadline = time.monotonic() + timeout_s
         seen = 0
-        while (current := self.alerts_in(lane)) < expected:
+        while (current := self.alerts_in(lane)) < expected or (lane == "archive" and not self._matches_logged()):
             if on_progress and current > seen:
                 on_progress(current - seen)
                 seen = current
@@ -57,6 +57,13 @@ class StreamRun:
             time.sleep(0.2)
         if on_progress and self.alerts_in(lane) > seen:
             on_progress(self.alerts_in(lane) - seen)
+
+    def _matches_logged(self) -> bool:
+        """Whether the archive has logged every match the delivery lanes reported (the delivery log is read
+        by the archive lane after the alerts themselves may already be archived)."""
+        lines = list(self.lines)
+        delivered = sum(int(m[3]) for m in map(DELIVERY_LINE.match, lines) if m)
+        return sum(int(m[4]) for m in map(ARCHIVE_LINE.match, lines) if m) >= delivered
 
     def stop(self, spark, timeout_s: float = 120) -> None:
         """Stop the stream's query and wait for its thread."""
