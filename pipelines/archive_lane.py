@@ -148,7 +148,7 @@ class ArchiveLane(Lane):
         quantiles, slowest = archive_latency(stats, finished)
         self.monitor.observe_archive(batch_id, stats, figures, started, finished, quantiles, slowest)
         self.totals.add_archive(stats["archived"], finished)
-        if stats["input_alerts"]:
+        if stats["input_alerts"] or matched:
             self.log(f"archive batch {batch_id}: {stats['archived']} alerts archived, {stats['rejected']} rejected, "
                      f"{matched} matches logged, done in {finished - started:.2f} s")
 

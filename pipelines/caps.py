@@ -25,9 +25,11 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipelines.decode import is_accepted
-from pipelines.outgoing import any_match, keep_every_match, kept, live_brokers, matched_filters
+from pipelines.outgoing import any_match, keep_every_match_step, kept, live_brokers, matched_filters
+from pipelines.steps import Step, apply_steps, select, with_columns
 from skyfilter.brokers import BrokerSpec
 
+DELIVERED_BEFORE = "_delivered_before"  # per visit, what each capped broker received in earlier batches (JSON)
 RECENT_NIGHTS = 2  # a visit never spans more than this many nights: older counts are forgotten
 
 
@@ -73,6 +75,45 @@ def capped(brokers: list[BrokerSpec]) -> list[tuple[int, BrokerSpec]]:
     return [(slot, b) for slot, b in live_brokers(brokers) if b.max_alerts_per_visit is not None]
 
 
+def slim_steps(columns: list[str], brokers: list[BrokerSpec]) -> list[Step]:
+    """Before the caps' window: null the fields and bytes of alerts no broker matched (when some broker is capped).
+
+    ``columns`` are the names of the matched alerts' columns; the step does not
+    depend on the batch, so it is built once.
+    """
+    if not capped(brokers):
+        return []
+    needed = any_match(brokers) | ~is_accepted()
+    internal = {"kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "night",
+                "visit_id", "alert_id", "schema_id", "reject_reason"}
+    return [select(*[F.col(f"`{c}`") if c in internal or c.startswith("_matched_")
+                     else F.when(needed, F.col(f"`{c}`")).alias(c) for c in columns])]
+
+
+def decision_step(brokers: list[BrokerSpec]) -> Step:
+    """The step adding the ``kept`` columns, after :func:`slim_steps` and :meth:`VisitCaps.with_delivered_before`.
+
+    What earlier batches delivered comes in a column, so the step itself does
+    not depend on the batch and is built once.
+    """
+    with_cap = capped(brokers)
+    if not with_cap:
+        return keep_every_match_step(brokers)
+    in_visit = (Window.partitionBy("visit_id").orderBy(F.length("alert_id"), "alert_id")
+                .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    already = F.try_element_at(F.from_json(F.col(DELIVERED_BEFORE), "map<string,array<int>>"),
+                               F.col("visit_id").cast("string"))
+    decisions = {}
+    for position, (slot, broker) in enumerate(with_cap):
+        is_match = F.col(matched_filters(slot)).isNotNull()
+        so_far = F.count_if(is_match).over(in_visit)
+        sent = F.coalesce(F.try_element_at(already, F.lit(position + 1)), F.lit(0))
+        decisions[kept(slot)] = is_match & (so_far <= F.lit(broker.max_alerts_per_visit) - sent)
+    for slot, _ in live_brokers(brokers):
+        decisions.setdefault(kept(slot), F.col(matched_filters(slot)).isNotNull())
+    return with_columns(decisions)
+
+
 def match_keys(brokers: list[BrokerSpec]) -> Column:
     """Per alert, ``slot:visit`` for every broker it matched, comma-separated (null when none)."""
     keys = [F.when(F.col(matched_filters(slot)).isNotNull(), F.concat(F.lit(f"{slot}:"), F.col("visit_id")))
@@ -96,27 +137,13 @@ class VisitCaps:
         of alerts that matched nothing and decoded fine are dropped first, so
         the shuffle carries little more than the matches.
         """
+        slim = apply_steps(matched, slim_steps(matched.columns, brokers))
+        return apply_steps(self.with_delivered_before(slim, brokers), [decision_step(brokers)])
+
+    def with_delivered_before(self, frame: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
+        """``frame`` with the column :func:`decision_step` reads: what earlier batches delivered, per visit."""
         with_cap = capped(brokers)
-        if not with_cap:
-            return keep_every_match(matched, brokers)
-        needed = any_match(brokers) | ~is_accepted()
-        internal = {"kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "night",
-                    "visit_id", "alert_id", "schema_id", "reject_reason"}
-        slim = matched.select(*[F.col(f"`{c}`") if c in internal or c.startswith("_matched_")
-                                else F.when(needed, F.col(f"`{c}`")).alias(c) for c in matched.columns])
-        in_visit = (Window.partitionBy("visit_id").orderBy(F.length("alert_id"), "alert_id")
-                    .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-        already = F.try_element_at(F.from_json(F.lit(self._already_json(with_cap)), "map<string,array<int>>"),
-                                   F.col("visit_id").cast("string"))
-        decisions = {}
-        for position, (slot, broker) in enumerate(with_cap):
-            is_match = F.col(matched_filters(slot)).isNotNull()
-            so_far = F.count_if(is_match).over(in_visit)
-            sent = F.coalesce(F.try_element_at(already, F.lit(position + 1)), F.lit(0))
-            decisions[kept(slot)] = is_match & (so_far <= F.lit(broker.max_alerts_per_visit) - sent)
-        for slot, _ in live_brokers(brokers):
-            decisions.setdefault(kept(slot), F.col(matched_filters(slot)).isNotNull())
-        return slim.withColumns(decisions)
+        return frame.withColumn(DELIVERED_BEFORE, F.lit(self._already_json(with_cap))) if with_cap else frame
 
     def _already_json(self, with_cap: list[tuple[int, BrokerSpec]]) -> str:
         """Per visit, what each capped broker (in order) already received: a JSON map folded into the plan."""

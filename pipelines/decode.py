@@ -10,10 +10,13 @@ archive lane decodes everything.
 
 from __future__ import annotations
 
+import json
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
+from pipelines.steps import Step, apply_steps, select
 from skyfilter.alert_columns import MJD_UNIX_EPOCH, AlertColumns
 
 # Columns the stream adds around the alert's own fields.
@@ -44,6 +47,13 @@ def decode(raw: DataFrame, schema_json: str, schema_id: int, columns: AlertColum
     ``schema_json`` is the writer schema of the topic; with ``reader_json`` the
     alert is resolved onto that schema instead (fields it leaves out are skipped).
     """
+    return apply_steps(raw, decode_steps(schema_json, schema_id, columns, night_offset_hours, max_bytes,
+                                         reader_json))
+
+
+def decode_steps(schema_json: str, schema_id: int, columns: AlertColumns, night_offset_hours: float,
+                 max_bytes: int | None = None, reader_json: str | None = None) -> list[Step]:
+    """The steps of :func:`decode`, to build once and apply to many batches of Kafka rows."""
     options = {"mode": "PERMISSIVE", **({"avroSchema": reader_json} if reader_json else {})}
     value = F.col("value")
     header_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
@@ -51,7 +61,7 @@ def decode(raw: DataFrame, schema_json: str, schema_id: int, columns: AlertColum
     if max_bytes:
         framed_ok = framed_ok & (F.length(value) <= max_bytes)
     body = F.expr("substring(value, 6)")
-    with_alert = raw.select(
+    with_alert = select(
         F.col("topic").alias("kafka_topic"), F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"), F.col("timestamp").alias("kafka_timestamp"),
         F.col("key").alias("kafka_key"), F.col("value").alias("kafka_value"),
@@ -70,13 +80,16 @@ def decode(raw: DataFrame, schema_json: str, schema_id: int, columns: AlertColum
               .when(F.col("schema_id") != schema_id,
                     F.format_string(f"schema id %d, but this topic carries schema id {schema_id}", "schema_id"))
               .when(F.col("_alert").isNull(), F.lit("Avro body does not decode with the topic's schema")))
-    flat = with_alert.select(*KAFKA_COLUMNS, "schema_id", reason.alias("reject_reason"), "_alert.*")
+    flat = select(*KAFKA_COLUMNS, "schema_id", reason.alias("reject_reason"), "_alert.*")
+    alert_fields = [field["name"] for field in json.loads(reader_json or schema_json)["fields"]]
     # PERMISSIVE from_avro gives a record of nulls for a body it cannot read: no alert id means no alert.
     reject = F.coalesce(F.col("reject_reason"), F.when(F.expr(columns.alert_id).isNull(), F.lit(
         "Avro body does not decode with the topic's schema (no alert id)")))
-    return flat.select(
+    derived = select(
         night_of(F.expr(columns.time_mjd), night_offset_hours).alias("night"),
         F.expr(columns.visit_id).cast("long").alias("visit_id"),
         F.expr(columns.alert_id).cast("string").alias("alert_id"),
-        *[reject.alias(c) if c == "reject_reason" else F.col(f"`{c}`") for c in flat.columns],
+        *[reject.alias(c) if c == "reject_reason" else F.col(f"`{c}`")
+          for c in [*KAFKA_COLUMNS, "schema_id", "reject_reason", *alert_fields]],
     )
+    return [with_alert, flat, derived]

@@ -10,19 +10,16 @@ to turn into the ``metrics`` and ``broker_visits`` tables.
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
-from pyspark.sql import Column, DataFrame, Observation
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, Observation
 
-from pipelines.caps import VisitCaps, match_keys
-from pipelines.decode import is_accepted
+from pipelines.caps import VisitCaps
 from pipelines.delivery_log import SummaryWriter, checkpoint_query_id
-from pipelines.filter_eval import PYTHON_COLUMN, REPORT_FIELD, add_filter_columns, filter_column, merge_reports
+from pipelines.delivery_program import DeliveryProgram, program_key
+from pipelines.filter_eval import merge_reports
 from pipelines.lane import Lane, LaneServices
-from pipelines.outgoing import add_broker_matches, kafka_rows, live_brokers, matched_filters
 from pipelines.quarantine import Quarantine
 from pipelines.reload import PlanReloader
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
@@ -30,48 +27,12 @@ from skyfilter.brokers import BrokerSpec
 from skyfilter.filter_loader import FilterSpec
 
 LANE = "delivery"
-_observation_ids = itertools.count()
 # Spark's V1 Kafka writer runs the query in a nested execution whose observed metrics never reach an
 # Observation (its get() would wait forever); the V2 writer runs it in the write's own execution.
 V1_SOURCES_WITHOUT_KAFKA = ("spark.sql.sources.useV1SourceList", "avro,csv,json,orc,parquet,text")
 # Adaptive execution runs each shuffle stage as a job of its own and re-plans between them; the caps' one
 # small shuffle gains nothing from it.  Set on the delivery query's own session (Spark clones one per query).
 ONE_JOB_PER_BATCH = ("spark.sql.adaptive.enabled", "false")
-
-
-def lane_filters(plan: StreamPlan, brokers: list[BrokerSpec]) -> list[FilterSpec]:
-    """The filters some of these brokers use, in the plan's order."""
-    wanted = {name for broker in brokers for name in broker.enabled_filters}
-    return [spec for spec in plan.filters if spec.name in wanted]
-
-
-def evaluate(plan: StreamPlan, raw: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
-    """Kafka rows decoded without cutouts, with each filter's verdict and each broker's matched filters."""
-    decoded = plan.decode(raw)
-    return add_broker_matches(add_filter_columns(decoded, lane_filters(plan, brokers), is_accepted()), brokers)
-
-
-def batch_figures(filters: list[FilterSpec], brokers: list[BrokerSpec], per_visit: bool) -> list[Column]:
-    """The aggregates a delivery batch observes on its own job.
-
-    ``per_visit`` collects each match's ``slot:visit`` key (what the caps count);
-    without it, only per-broker totals.
-    """
-    accepted = is_accepted()
-    millis = F.unix_millis("kafka_timestamp").cast("double")
-    figures = [F.count(F.lit(1)).alias("input_alerts"), F.count_if(~accepted).alias("rejected"),
-               F.percentile_approx(F.when(accepted, millis), [0.01, 0.05, 0.5], 10000).alias("appended_ms"),
-               F.min(F.when(accepted, millis)).alias("first_ms")]
-    figures += [F.count_if(F.col(filter_column(spec.name))).alias(f"f:{spec.name}") for spec in filters]
-    if any(spec.kind == "python" for spec in filters):
-        figures.append(F.collect_list(F.col(PYTHON_COLUMN)[REPORT_FIELD]).alias("python_reports"))
-    if per_visit:
-        figures.append(F.array_join(F.collect_list(match_keys(brokers)), ",").alias("match_keys"))
-        figures.append(F.collect_set(F.when(accepted, F.concat_ws(":", "visit_id", "night"))).alias("visits"))
-    else:
-        figures += [F.count_if(F.col(matched_filters(slot)).isNotNull()).alias(f"b:{b.name}")
-                    for slot, b in live_brokers(brokers)]
-    return figures
 
 
 def batch_stats(observed: dict, delivered: float, filters: list[FilterSpec]) -> dict:
@@ -123,22 +84,23 @@ class DeliveryLane(Lane):
         self.dead_letters = dead_letters
         self.quarantine = quarantine
         self.reloader = reloader
+        self._program: tuple[Hashable, DeliveryProgram] | None = None
 
     def brokers(self) -> list[BrokerSpec]:
         """The brokers this lane delivers to now (the plan may change on reload or quarantine)."""
         return [broker for broker in self.plan.brokers if self.serves(broker)]
 
+    def program(self) -> DeliveryProgram:
+        """The batch query for the plan as it is now, built again only when a reload or quarantine changed it."""
+        brokers = self.brokers()
+        key = program_key(self.plan, brokers, self.dead_letters)
+        if self._program is None or self._program[0] != key:
+            self._program = key, DeliveryProgram(self.spark, self.plan, brokers, self.dead_letters)
+        return self._program[1]
+
     def outgoing(self, raw: DataFrame, batch_id: int) -> tuple[DataFrame, Observation]:
         """The Kafka rows of a batch of input rows, and the observation that will hold its figures."""
-        brokers = self.brokers()
-        evaluated = evaluate(self.plan, raw, brokers)
-        observation = Observation(f"delivery_{next(_observation_ids)}")
-        observed = evaluated.observe(observation, *batch_figures(lane_filters(self.plan, brokers), brokers, True))
-        decided = self.caps.decide(observed, brokers)
-        rows = kafka_rows(decided, brokers, self.plan.encodings,
-                          self.plan.deadletter_topic if self.dead_letters else None,
-                          self.plan.delivery_log_topic, batch_id)
-        return rows, observation
+        return self.program().apply(raw, batch_id, self.caps)
 
     def warm_up(self) -> None:
         """Start the Python workers and compile the plan before the first alert arrives.
@@ -154,9 +116,9 @@ class DeliveryLane(Lane):
         if self.reloader is not None and self.reloader.check() and self.quarantine is not None:
             self.quarantine.refresh()
         batch.sparkSession.conf.set(*ONE_JOB_PER_BATCH)
-        brokers = self.brokers()
-        filters = lane_filters(self.plan, brokers)
-        rows, observation = self.outgoing(batch, batch_id)
+        program = self.program()
+        brokers, filters = program.brokers, program.filters
+        rows, observation = program.apply(batch, batch_id, self.caps)
         rows.write.format("kafka").options(**self.kafka_options).mode("append").save()
         delivered = time.time()
         observed = observation.get

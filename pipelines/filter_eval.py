@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 from pyspark.sql.functions import pandas_udf
 
 from pipelines.sql_filters import analyze_sql, explain
+from pipelines.steps import Step, apply_steps, with_columns
 from skyfilter.filter_loader import FilterProblem, FilterSpec, filter_function
 
 PYTHON_COLUMN = "_python_filters"
@@ -154,11 +155,15 @@ def add_filter_columns(frame: DataFrame, specs: list[FilterSpec], accepted: Colu
 
     A filter is true only on accepted rows; null verdicts count as no match.
     """
+    return apply_steps(frame, filter_steps(specs, accepted))
+
+
+def filter_steps(specs: list[FilterSpec], accepted: Column) -> list[Step]:
+    """The steps of :func:`add_filter_columns`, to build once and apply to many batches."""
     python_specs = [s for s in specs if s.kind == "python"]
-    if python_specs:
-        frame = frame.withColumn(PYTHON_COLUMN, python_filters_column(python_specs, accepted))
+    python = {PYTHON_COLUMN: python_filters_column(python_specs, accepted)} if python_specs else {}
     verdicts = {}
     for spec in specs:
         raw = F.expr(spec.condition) if spec.kind == "sql" else F.col(PYTHON_COLUMN)[spec.name]
         verdicts[filter_column(spec.name)] = accepted & F.coalesce(raw, F.lit(False))
-    return frame.withColumns(verdicts) if verdicts else frame
+    return [with_columns(python), with_columns(verdicts)]

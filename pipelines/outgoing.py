@@ -32,12 +32,14 @@ from pyspark.sql.avro.functions import to_avro
 
 from pipelines.decode import is_accepted
 from pipelines.filter_eval import filter_column
+from pipelines.steps import Step, apply_steps, select, with_columns
 from skyfilter.brokers import BrokerSpec
 from skyfilter.wire import frame
 
 HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
                                          T.StructField("value", T.BinaryType())]))
 LOG_KIND_MATCH = "match"
+BATCH_ID_COLUMN = "_batch_id"  # read by the delivery-log records of a batch
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,16 @@ def kept(slot: int) -> str:
 
 def add_broker_matches(evaluated: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
     """Add, per live broker, the names of its filters the alert matched (null when none did)."""
+    return apply_steps(evaluated, [broker_match_step(brokers)])
+
+
+def broker_match_step(brokers: list[BrokerSpec]) -> Step:
+    """The step of :func:`add_broker_matches`, to build once and apply to many batches."""
     columns = {}
     for slot, broker in live_brokers(brokers):
         names = F.concat_ws(",", *[F.when(F.col(filter_column(f)), F.lit(f)) for f in broker.enabled_filters])
         columns[matched_filters(slot)] = F.when(names != "", names)
-    return evaluated.withColumns(columns) if columns else evaluated
+    return with_columns(columns)
 
 
 def any_match(brokers: list[BrokerSpec]) -> Column:
@@ -86,8 +93,12 @@ def any_match(brokers: list[BrokerSpec]) -> Column:
 
 def keep_every_match(frame_: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
     """Mark every match as kept (no broker is capped)."""
-    return frame_.withColumns({kept(slot): F.col(matched_filters(slot)).isNotNull()
-                               for slot, _ in live_brokers(brokers)})
+    return apply_steps(frame_, [keep_every_match_step(brokers)])
+
+
+def keep_every_match_step(brokers: list[BrokerSpec]) -> Step:
+    """The step of :func:`keep_every_match`."""
+    return with_columns({kept(slot): F.col(matched_filters(slot)).isNotNull() for slot, _ in live_brokers(brokers)})
 
 
 def _header(key: str, value: Column) -> Column:
@@ -124,9 +135,9 @@ def _broker_entries(brokers: list[BrokerSpec]) -> Column:
         for slot, b in live_brokers(brokers)]))
 
 
-def _log_record(topic: str, brokers: list[BrokerSpec], batch_id: int, lane: str, went_anywhere: Column) -> Column:
+def _log_record(topic: str, brokers: list[BrokerSpec], lane: str, went_anywhere: Column) -> Column:
     record = F.struct(F.lit(LOG_KIND_MATCH).alias("kind"), F.lit(lane).alias("lane"),
-                      F.lit(batch_id).cast("long").alias("batch_id"),
+                      F.col(BATCH_ID_COLUMN).alias("batch_id"),
                       "night", "visit_id", "alert_id", "kafka_topic", "kafka_partition", "kafka_offset",
                       F.unix_millis("kafka_timestamp").alias("kafka_timestamp_ms"),
                       _broker_entries(brokers).alias("brokers"))
@@ -143,6 +154,18 @@ def kafka_rows(decided: DataFrame, brokers: list[BrokerSpec], encodings: dict[st
     broker using it keeps.  Without ``deadletter_topic`` undecodable messages are
     left to another lane; without ``log_topic`` no delivery-log records are written.
     """
+    return apply_steps(with_batch_id(decided, batch_id),
+                       kafka_row_steps(brokers, encodings, deadletter_topic, log_topic, lane))
+
+
+def with_batch_id(decided: DataFrame, batch_id: int) -> DataFrame:
+    """The column :func:`kafka_row_steps` reads the batch id of the delivery-log records from."""
+    return decided.withColumn(BATCH_ID_COLUMN, F.lit(batch_id).cast("long"))
+
+
+def kafka_row_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], deadletter_topic: str | None,
+                    log_topic: str | None, lane: str = "delivery") -> list[Step]:
+    """The steps of :func:`kafka_rows` (after :func:`with_batch_id`), to build once and apply to many batches."""
     live = live_brokers(brokers)
     encoded, values = {}, {}
     for slot, broker in live:
@@ -154,16 +177,16 @@ def kafka_rows(decided: DataFrame, brokers: list[BrokerSpec], encodings: dict[st
         values[slot] = F.col(name)
     users = {name: [slot for slot, b in live if encodings.get(b.name) == encoding]
              for encoding, name in encoded.items()}
-    with_values = decided.withColumns({
+    with_values = with_columns({
         name: F.when(F.greatest(*[F.col(kept(s)) for s in users[name]], F.lit(False)), encoding.value())
-        for encoding, name in encoded.items()}) if encoded else decided
+        for encoding, name in encoded.items()})
     went_anywhere = F.greatest(*[F.col(kept(slot)) for slot, _ in live], F.lit(False))
     rows = [_broker_message(slot, broker, values[slot]) for slot, broker in live]
     if deadletter_topic:
         rows.append(_dead_letter(deadletter_topic))
     if log_topic:
-        rows.append(_log_record(log_topic, brokers, batch_id, lane, went_anywhere))
-    return with_values.select(F.explode(F.array_compact(F.array(*rows))).alias("out")).select("out.*")
+        rows.append(_log_record(log_topic, brokers, lane, went_anywhere))
+    return [with_values, select(F.explode(F.array_compact(F.array(*rows))).alias("out")), select("out.*")]
 
 
 def match_rows(decided: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:

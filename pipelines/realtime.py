@@ -23,8 +23,9 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from pipelines.delivery_lane import batch_figures, batch_stats, evaluate, lane_filters, report_batch, summary_record
+from pipelines.delivery_lane import batch_stats, report_batch, summary_record
 from pipelines.delivery_log import SummaryWriter
+from pipelines.delivery_program import batch_figures, evaluate, lane_filters
 from pipelines.lane import Lane, LaneServices
 from pipelines.outgoing import kafka_rows, keep_every_match
 from pipelines.stream_plan import StreamPlan

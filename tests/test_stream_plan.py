@@ -111,3 +111,35 @@ def _jobs_described_as(spark, text: str) -> list[str]:
         if text in description:
             found.append(description.replace("\n", " "))
     return found
+
+
+def _round_trips(monkeypatch, action) -> int:
+    """How many py4j calls to the JVM ``action`` makes."""
+    from py4j.clientserver import JavaClient
+
+    calls = [0]
+    send = JavaClient.send_command
+
+    def counting(self, *args, **kwargs):
+        calls[0] += 1
+        return send(self, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(JavaClient, "send_command", counting)
+        action()
+    return calls[0]
+
+
+def test_a_batch_replays_the_query_built_once_per_plan(spark, planned, monkeypatch):
+    lane = planned["lane"]
+    lane._program = None
+    raw = spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
+    first = _round_trips(monkeypatch, lambda: lane.outgoing(raw, 1))
+    later = _round_trips(monkeypatch, lambda: lane.outgoing(raw, 2))
+    assert later * 5 < first, (first, later)
+    program = lane.program()
+    lane.plan.brokers[0].enabled_filters.remove("negative")  # what a quarantine does
+    try:
+        assert lane.program() is not program, "a changed plan gets a new query"
+    finally:
+        lane.plan.brokers[0].enabled_filters.append("negative")
