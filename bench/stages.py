@@ -12,7 +12,12 @@ One topic of simulated Rubin alerts, then Spark batch jobs over it (best of
    that leaves the cutouts out;
 4. + decode as the archive lane does: every field, cutouts included;
 5. + archive: the decoded alerts written as a Delta table;
-6. Kafka sink: the same messages written to a topic by Spark (acks=all, idempotent).
+6. Kafka sink: the same messages written to a topic by Spark (acks=all, idempotent);
+7. the delivery lane's evaluation with the project's own ``filters/`` and
+   ``conf/brokers.yaml``: decode, every filter (SQL and Python), broker matches;
+8. the delivery lane's whole batch query (``pipelines/delivery_program.py``):
+   7 + the batch's observed figures, the per-visit caps and the Kafka rows, to
+   Spark's ``noop`` sink (so the rows are computed, not sent).
 
 The differences between rows are the stages' costs.  Writes ``stages.{json,csv,md,png}``.
 """
@@ -26,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness import add_common_arguments, runs_table, settings_of
+from bench.harness import ROOT, add_common_arguments, runs_table, settings_of
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,11 +51,14 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.alert_cache import CachedSource, cached_visits
     from bench.harness import bench_kafka, driver_and_kafka
     from bench.report import write_results
+    from pipelines.caps import VisitCaps
+    from pipelines.delivery_program import DeliveryProgram, evaluate
     from pipelines.session import get_spark
-    from pipelines.stream_plan import reader_schema_json
+    from pipelines.stream_plan import build_plan, reader_schema_json
     from producers.command import send_source
     from skyfilter.avro_schemas import cutout_fields, rubin_schema
     from skyfilter.kafka_clients import spark_sink_options, spark_source_options
+    from skyfilter.registry import open_registry, subject_for
     from skyfilter.topics import ensure_topics
     from skyfilter.wire import HEADER_SIZE
 
@@ -82,6 +90,13 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
             (source().select("key", "value").write.format("kafka").options(**spark_sink_options(cfg))
              .option("topic", f"{topic}.copy").mode("append").save())
 
+        plan = build_plan(spark, cfg, topic, topic, ROOT / "filters", ROOT / "conf" / "brokers.yaml",
+                          open_registry(cfg).latest(subject_for(topic)))
+        program = DeliveryProgram(spark, plan, plan.brokers, dead_letters=True)
+
+        def to_noop(frame) -> None:
+            frame.write.format("noop").mode("overwrite").save()
+
         defaults = {"kafka.receive.buffer.bytes": "65536", "kafka.fetch.max.wait.ms": "500"}
         stages = [("Kafka read, Kafka's default consumer settings", lambda: source(defaults).count()),
                   ("Kafka read, stream.source_options", lambda: source().count()),
@@ -89,7 +104,11 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                    lambda: decoded({"avroSchema": lean}).agg(F.count("diaSource.snr")).collect()),
                   ("+ from_avro, every field (archive)", lambda: decoded().agg(F.count("diaSource.snr")).collect()),
                   ("+ Delta archive write", archive),
-                  ("Kafka read + Kafka sink write", sink)]
+                  ("Kafka read + Kafka sink write", sink),
+                  ("delivery lane: decode + filters/ + broker matches",
+                   lambda: to_noop(evaluate(plan, source(), plan.brokers))),
+                  ("delivery lane: whole batch query (+ figures, caps, Kafka rows)",
+                   lambda: to_noop(program.apply(source(), 0, VisitCaps())[0]))]
         rows = []
         with driver_and_kafka(spark, cluster) as memory:
             for label, action in stages:

@@ -47,6 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="runs as trigger/format/cap, comma-separated (default: micro-batches with Rubin's "
                              "20 full alerts per visit and broker, then Real-time Mode, uncapped, nocutouts)")
     parser.add_argument("--max-offsets", type=int, help="delivery maxOffsetsPerTrigger (default: the config's)")
+    parser.add_argument("--archive-trigger", default=None, help="archive lane trigger (default: the config's)")
     parser.add_argument("--warm-up", type=int, default=1000, metavar="ALERTS",
                         help="alerts of an earlier night sent through the stream first, unmeasured, as a stream "
                              "running all night would be warm (default 1000; 0 = a cold stream)")
@@ -80,7 +81,8 @@ def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, index: int,
     filters, brokers = write_filter_set(args.state_dir / "filter_sets" / f"burst_{index}", args.filters, "sql",
                                         args.brokers, fmt, cap)
     register_topic(cfg, topic, schema)
-    stream = start_stream(cfg, spark, topic, name, filters, brokers, trigger, args.max_offsets)
+    stream = start_stream(cfg, spark, topic, name, filters, brokers, trigger, args.max_offsets,
+                          archive_trigger=args.archive_trigger)
     warm = 0
     try:
         if args.warm_up:

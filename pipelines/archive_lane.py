@@ -31,7 +31,7 @@ from pipelines.delivery_log import batch_records, checkpoint_query_id, match_rec
 from pipelines.lane import Lane, LaneServices
 from pipelines.nightly_topics import NightlyTopics
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA
-from pipelines.tables import METRICS_SCHEMA, append, insert_new, is_table, run_side_by_side
+from pipelines.tables import METRICS_SCHEMA, append, create_table, insert_new, run_side_by_side
 
 LANE = "archive"
 MATCH_KEYS = ["night", "broker", "kafka_topic", "kafka_partition", "kafka_offset"]
@@ -57,14 +57,11 @@ class ArchiveLane(Lane):
 
     def prepare(self) -> None:
         """Create the big tables and record the writer schema before the first alert comes."""
-        empty = self.spark.createDataFrame([(None, None, self.plan.topic, 0, -1, None, 0)], KAFKA_SOURCE_SCHEMA)
-        accepted = with_message_hash(self.plan.decode_full(empty)).limit(0)
-        alerts, cutouts = self._archive_frames(accepted, 0)
+        empty = self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
+        alerts, cutouts = self._archive_frames(with_message_hash(self.plan.decode_full(empty)), 0)
         record_schema(self.spark, self.plan.tables["schemas"], self.plan.schema_id, self.plan.schema_json)
         for frame, table in ((alerts, "alerts"), (cutouts, "cutouts")):
-            path = self.plan.tables[table]
-            if not is_table(self.spark, path):
-                frame.write.format("delta").mode("append").partitionBy("night").save(str(path))
+            create_table(self.spark, self.plan.tables[table], frame.schema, "night")
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()

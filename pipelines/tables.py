@@ -80,6 +80,25 @@ def append(frame: DataFrame, path: Path, app_id: str, batch_id: int, partition_b
     writer.save(str(path))
 
 
+def create_table(spark, path: Path, schema, partition_by: str | None = None) -> None:
+    """Create an empty Delta table with this schema at ``path`` unless one is there: one commit, no Spark job."""
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(nullable(schema))
+    (builder.partitionedBy(partition_by) if partition_by else builder).execute()
+
+
+def nullable(data_type: T.DataType) -> T.DataType:
+    """``data_type`` with every field and element nullable, as Delta stores a DataFrame's schema on write."""
+    if isinstance(data_type, T.StructType):
+        return T.StructType([T.StructField(f.name, nullable(f.dataType), True, f.metadata) for f in data_type.fields])
+    if isinstance(data_type, T.ArrayType):
+        return T.ArrayType(nullable(data_type.elementType), True)
+    if isinstance(data_type, T.MapType):
+        return T.MapType(nullable(data_type.keyType), nullable(data_type.valueType), True)
+    return data_type
+
+
 def is_table(spark, path: Path) -> bool:
     """Whether a Delta table with at least one commit is at ``path`` (a crash can leave an empty ``_delta_log``)."""
     from delta.tables import DeltaTable
