@@ -19,7 +19,7 @@ from collections.abc import Hashable
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.caps import VisitCaps, decision_step, match_keys, slim_steps
+from pipelines.caps import VisitCaps, capped, decision_step, match_keys, slim_steps
 from pipelines.decode import decode_steps, is_accepted
 from pipelines.filter_eval import PYTHON_COLUMN, REPORT_FIELD, filter_column, filter_steps
 from pipelines.outgoing import broker_match_step, kafka_row_steps, live_brokers, matched_filters, with_batch_id
@@ -88,8 +88,9 @@ class DeliveryProgram:
         self.filters = lane_filters(plan, brokers)
         self.evaluate = evaluate_steps(plan, brokers)
         self.figures = batch_figures(self.filters, brokers, per_visit=True)
-        probe = spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
-        self.slim = slim_steps(apply_steps(probe, self.evaluate).columns, brokers)
+        # the caps' slimming step names every column: read them once from an empty batch (only with caps)
+        self.slim = slim_steps(apply_steps(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), self.evaluate).columns,
+                               brokers) if capped(brokers) else []
         self.decide = decision_step(brokers)
         self.rows = kafka_row_steps(brokers, plan.encodings, plan.deadletter_topic if dead_letters else None,
                                     plan.delivery_log_topic)
