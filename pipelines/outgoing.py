@@ -87,7 +87,11 @@ def broker_match_step(brokers: list[BrokerSpec]) -> Step:
 
 def any_match(brokers: list[BrokerSpec]) -> Column:
     """True when the alert matched at least one broker (before caps)."""
-    flags = [F.col(matched_filters(slot)).isNotNull() for slot, _ in live_brokers(brokers)]
+    return any_of([F.col(matched_filters(slot)).isNotNull() for slot, _ in live_brokers(brokers)])
+
+
+def any_of(flags: list[Column]) -> Column:
+    """True when any flag is (false for no flags at all)."""
     return F.greatest(*flags, F.lit(False)) if flags else F.lit(False)
 
 
@@ -178,9 +182,9 @@ def kafka_row_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], d
     users = {name: [slot for slot, b in live if encodings.get(b.name) == encoding]
              for encoding, name in encoded.items()}
     with_values = with_columns({
-        name: F.when(F.greatest(*[F.col(kept(s)) for s in users[name]], F.lit(False)), encoding.value())
+        name: F.when(any_of([F.col(kept(s)) for s in users[name]]), encoding.value())
         for encoding, name in encoded.items()})
-    went_anywhere = F.greatest(*[F.col(kept(slot)) for slot, _ in live], F.lit(False))
+    went_anywhere = any_of([F.col(kept(slot)) for slot, _ in live])
     rows = [_broker_message(slot, broker, values[slot]) for slot, broker in live]
     if deadletter_topic:
         rows.append(_dead_letter(deadletter_topic))
