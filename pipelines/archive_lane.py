@@ -43,7 +43,7 @@ class ArchiveLane(Lane):
     """The ``foreachBatch`` function of the archive lane."""
 
     def __init__(self, services: LaneServices, trigger: str):
-        super().__init__(services)
+        super().__init__(services, LANE)
         plan = services.plan
         self.trigger = trigger
         self.app_id = f"skyfilter:{plan.name}:{LANE}"

@@ -76,7 +76,7 @@ class DeliveryLane(Lane):
     def __init__(self, services: LaneServices, trigger: str, summaries: SummaryWriter, caps: VisitCaps,
                  serves: Callable[[BrokerSpec], bool] = lambda broker: True, dead_letters: bool = True,
                  quarantine: Quarantine | None = None, reloader: PlanReloader | None = None):
-        super().__init__(services)
+        super().__init__(services, LANE)
         self.trigger = trigger
         self.summaries = summaries
         self.caps = caps

@@ -28,13 +28,19 @@ class LaneServices:
 
 
 class Lane:
-    """Base of the lanes: exposes the shared services as attributes."""
+    """Base of the lanes: exposes the shared services as attributes.
 
-    def __init__(self, services: LaneServices):
+    Each lane writes to Kafka through its own producer (Spark keeps one per set of
+    options, so a lane's ``client.id`` sets it apart): small real-time records never
+    queue behind the archive lane's copy of every alert, and brokers can tell the
+    lanes apart (metrics, quotas).
+    """
+
+    def __init__(self, services: LaneServices, name: str):
         self.services = services
         self.spark = services.spark
         self.plan = services.plan
-        self.kafka_options = services.kafka_options
+        self.kafka_options = {**services.kafka_options, "kafka.client.id": f"skyfilter-{services.plan.name}-{name}"}
         self.monitor = services.monitor
         self.totals = services.totals
         self.log = services.log

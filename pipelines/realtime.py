@@ -28,7 +28,7 @@ from pipelines.delivery_log import SummaryWriter
 from pipelines.delivery_program import batch_figures, evaluate, lane_filters
 from pipelines.lane import Lane, LaneServices
 from pipelines.outgoing import kafka_rows, keep_every_match
-from pipelines.stream_plan import StreamPlan
+from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
 from skyfilter.brokers import BrokerSpec, load_brokers
 from skyfilter.errors import SkyfilterError
 
@@ -93,7 +93,7 @@ class RealtimeLane(Lane):
     """The Real-time Mode query of a stream, restarted when what it serves changes."""
 
     def __init__(self, services: LaneServices, source: DataFrame, interval: str, summaries: SummaryWriter):
-        super().__init__(services)
+        super().__init__(services, LANE)
         self.source = source
         self.interval = interval
         self.summaries = summaries
@@ -112,14 +112,28 @@ class RealtimeLane(Lane):
         return tuple((b.name, b.topic, b.format, tuple((f, digests.get(f)) for f in b.enabled_filters))
                      for b in self.brokers())
 
+    def _rows(self, source: DataFrame, observed: bool = True) -> DataFrame:
+        """The Kafka rows (broker topics, dead letters, delivery log) of the input rows ``source``."""
+        brokers = self.brokers()
+        evaluated = evaluate(self.plan, source, brokers)
+        if observed:
+            evaluated = evaluated.observe(OBSERVATION, *batch_figures(lane_filters(self.plan, brokers), brokers,
+                                                                      per_visit=False))
+        return kafka_rows(keep_every_match(evaluated, brokers), brokers, self.plan.encodings,
+                          self.plan.deadletter_topic, self.plan.delivery_log_topic, -1, LANE)
+
+    def warm_up(self) -> None:
+        """Compile the query's code once, as a batch of one empty input row, before the long-lived tasks start.
+
+        Spark caches generated code by its text, so the Real-time tasks find it compiled
+        instead of compiling it while the first visit waits.
+        """
+        probe = self.spark.createDataFrame([(None, None, self.plan.topic, 0, -1, None, 0)], KAFKA_SOURCE_SCHEMA)
+        self._rows(probe, observed=False).write.format("noop").mode("overwrite").save()
+
     def start(self) -> StreamingQuery:
         """Start the query (resuming from its checkpoint)."""
-        brokers = self.brokers()
-        filters = lane_filters(self.plan, brokers)
-        evaluated = evaluate(self.plan, self.source, brokers).observe(
-            OBSERVATION, *batch_figures(filters, brokers, per_visit=False))
-        rows = kafka_rows(keep_every_match(evaluated, brokers), brokers, self.plan.encodings,
-                          self.plan.deadletter_topic, self.plan.delivery_log_topic, -1, LANE)
+        rows = self._rows(self.source)
         writer = (rows.writeStream.format("kafka").options(**self.kafka_options).queryName(f"skyfilter_{LANE}_"
                                                                                            f"{self.plan.name}")
                   .option("checkpointLocation", str(self.plan.lane_checkpoint(LANE))).outputMode("update"))
@@ -129,13 +143,34 @@ class RealtimeLane(Lane):
         self.served = self.signature()
         return self.query
 
+    def wait_until_reading(self, timeout_s: float = 120.0) -> bool:
+        """Wait until the query's long-lived tasks run (False after ``timeout_s``).
+
+        Starting the query returns before its first batch is planned and its tasks
+        launched (seconds on a busy machine); the stream says it is running only
+        after this, so alerts sent from then on are read as they come.
+        """
+        tracker = self.spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.query is not None and self.query.isActive:
+            for job_id in tracker.getJobIdsForGroup(str(self.query.runId)):
+                job = tracker.getJobInfo(job_id)
+                stages = [tracker.getStageInfo(stage_id) for stage_id in (job.stageIds if job else [])]
+                # Spark's status store shows a stage's task count late, so its first running task is the sign
+                if any(stage is not None and stage.numActiveTasks > 0 for stage in stages):
+                    return True
+            time.sleep(0.1)
+        return False
+
     def restart_if_changed(self) -> bool:
         """After a reload: restart the query when its brokers or their filters changed."""
         if self.query is None or self.signature() == self.served:
             return False
         self.log(f"reload: restarting the Real-time Mode query for {', '.join(b.name for b in self.brokers())}")
-        self.query.stop()
+        self.warm_up()
+        self.stop()
         self.start()
+        self.wait_until_reading()
         return True
 
     def progress(self, progress) -> None:
@@ -158,6 +193,20 @@ class RealtimeLane(Lane):
                                       [f.name for f in filters])
         self.totals.add_delivery(stats, started, finished)
         report_batch(self.log, LANE, progress.batchId, stats, self.plan.deadletter_topic, started, None)
+
+    def stop(self) -> None:
+        """Stop the query, without the stack traces Spark logs for each of its interrupted long-lived tasks."""
+        if self.query is None or not self.query.isActive:
+            return
+        jvm = self.spark.sparkContext._jvm
+        logger = jvm.org.apache.logging.log4j.LogManager.getRootLogger()
+        level = logger.getLevel()
+        jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(jvm.org.apache.logging.log4j.Level.OFF)
+        try:
+            self.query.stop()
+            time.sleep(0.5)  # the tasks log their interruption just after the query ends
+        finally:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(level)
 
     def close(self) -> None:
         self.spark.streams.removeListener(self.listener)

@@ -108,6 +108,8 @@ class StreamJob:
             self._start_delivery()
         if self.archive is not None and not self.triggers.available_now:
             self._start_archive(self.triggers.archive)
+        if self.realtime is not None and not self.realtime.wait_until_reading():
+            self.log("realtime: the Real-time Mode tasks were not all running 120 s after the query started")
         if self.monitor.url:
             self.log(f"metrics at {self.monitor.url}")
 
@@ -128,6 +130,7 @@ class StreamJob:
             self.monitor.add_lane("realtime", plan.lane_checkpoint("realtime"),
                                   f"realtime {self.triggers.realtime_interval}")
             with _pool(self.spark, "realtime"):
+                self.realtime.warm_up()
                 self.queries["realtime"] = self.realtime.start()
         needs_batches = not realtime or any(realtime_refusal(b, plan) for b in plan.brokers if b.enabled_filters)
         if not needs_batches:
@@ -313,12 +316,13 @@ class StreamJob:
 
     def stop(self) -> None:
         """Stop every query: the delivery lanes first, then the archive."""
+        if self.realtime is not None:
+            self.realtime.close()
+            self.realtime.stop()
         for lane in ("realtime", "delivery", "archive"):
             query = self.queries.pop(lane, None)
             if query is not None and query.isActive:
                 query.stop()
-        if self.realtime is not None:
-            self.realtime.close()
 
     def close(self) -> None:
         """Stop the metrics endpoint and the summary producer."""
