@@ -118,10 +118,10 @@ def test_producer_rate_sends_simulated_and_real_alerts(kafka_cfg, spark, tmp_pat
 
 
 def test_catch_up_runs_on_a_tiny_backlog(kafka_cfg, tmp_path, capsys):
-    result = _run(catch_up, "catch_up", ["--visits", "2", "--alerts-per-visit", "15", "--max-offsets", "12",
+    result = _run(catch_up, "catch_up", ["--visits", "2", "--alerts-per-visit", "10", "--max-offsets", "12",
                                          "--no-stamps"], kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
-    assert row["alerts"] == 30 and row["batches"] >= 3 and row["largest_batch"] <= 12  # bounded archive batches
+    assert row["alerts"] == 20 and row["batches"] >= 2 and row["largest_batch"] <= 12  # bounded archive batches
     assert row["stream_peak_mb"] > 100 and row["catch_up_s"] > 0
 
 
