@@ -1,6 +1,6 @@
 """Producer: serialize-and-send alerts/s of one Python producer process, simulated and real Rubin alerts.
 
-    python -m bench.producer_rate [--alerts 5000] [--real ../shared/data/lsst-v10]
+    python -m bench.producer_rate [--alerts 5000] [--real samples/lsst-v10]
 
 Four runs of ``--alerts`` alerts each, one producer process, the project's
 producer settings (``conf/local.yaml`` ``producer``):
@@ -34,7 +34,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m bench.producer_rate",
         description="Alerts/s one Python producer process serializes and sends, simulated and real alerts.")
     parser.add_argument("--alerts", type=int, default=5000, help="alerts per run (default 5000)")
-    parser.add_argument("--real", type=Path, default=ROOT.parent / "shared" / "data" / "lsst-v10",
+    parser.add_argument("--real", type=Path, default=ROOT / "samples" / "lsst-v10",
                         help="folder or file of real Rubin alerts (Avro container files)")
     add_common_arguments(parser)
     return parser.parse_args(argv)

@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "status           each filter's state in a stream (enabled, quarantined, broken, unused).",
         epilog="examples:\n"
                "  skyfilter filters check\n"
-               "  skyfilter filters test bright_transient --sample ../shared/data/lsst-v10\n"
+               "  skyfilter filters test bright_transient --sample samples/lsst-v10\n"
                "  skyfilter filters test fast_riser --night 2026-11-20 --limit 5000")
     filters.add_argument("action", choices=["check", "test", "status"])
     filters.add_argument("target", nargs="?", metavar="FOLDER|NAME",

@@ -17,7 +17,7 @@ from skyfilter.kafka_local import LocalKafka, free_port_pair
 from skyfilter.wire import unframe
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = ROOT / "samples"  # real public alerts (samples/README.md)
 # a Python filter several tests use: alerts whose difference flux is negative
 NEGATIVE_PY = '''
 from skyfilter import alert_filter
