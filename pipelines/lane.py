@@ -33,14 +33,15 @@ class Lane:
     Each lane writes to Kafka through its own producer (Spark keeps one per set of
     options, so a lane's ``client.id`` sets it apart): small real-time records never
     queue behind the archive lane's copy of every alert, and brokers can tell the
-    lanes apart (metrics, quotas).
+    lanes apart (metrics, quotas).  The id names the lane only, not the stream, so a
+    JVM that runs many streams in turn (benchmarks, tests) keeps three producers.
     """
 
     def __init__(self, services: LaneServices, name: str):
         self.services = services
         self.spark = services.spark
         self.plan = services.plan
-        self.kafka_options = {**services.kafka_options, "kafka.client.id": f"skyfilter-{services.plan.name}-{name}"}
+        self.kafka_options = {**services.kafka_options, "kafka.client.id": f"skyfilter-{name}"}
         self.monitor = services.monitor
         self.totals = services.totals
         self.log = services.log

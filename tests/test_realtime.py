@@ -92,7 +92,8 @@ def test_realtime_brokers_and_micro_batch_brokers_equal_an_independent_evaluatio
     check_topic(read_topic(kafka_cfg, "filtered.rt_python"), expected["rt_python"], by_id, full=False)
     capped = read_topic(kafka_cfg, "filtered.rt_capped")
     per_visit = Counter(records[m.headers["alert_id"]]["diaSource"]["visit"] for m in capped)
-    assert sorted(per_visit.values()) == [3, 3, 3] and {m.headers["alert_id"] for m in capped} <= set(expected["rt_full"])
+    assert sorted(per_visit.values()) == [3, 3, 3]
+    assert {m.headers["alert_id"] for m in capped} <= set(expected["rt_full"])
     [letter] = read_topic(kafka_cfg, f"{TOPIC}.deadletter")
     assert letter.key == b"bad" and "magic byte" in letter.headers["reason"]
 
