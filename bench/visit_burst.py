@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from bench.harness import add_common_arguments, runs_table, settings_of
+from bench.stream_runner import DELIVERY_LINE
 
 TARGET_S, STRETCH_S, ARCHIVE_TARGET_S = 12.0, 10.0, 60.0
 
@@ -91,11 +92,14 @@ def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, index: int,
             warm = send_source(cfg, topic, CachedSource(earlier, 1), schema, 0.0, 1, False, lambda line: None).alerts
             stream.wait_for_alerts(warm, timeout_s=600)
             time.sleep(2)
+        said_before = len(stream.lines)
         report = send_source(cfg, topic, CachedSource(cached, 1), schema, 0.0, args.producers,
                              progress=not args.quiet, log=lambda line: None)
         if report.failures:
             raise RuntimeError(f"{report.failures} alerts were not produced: {report.visits[0].first_error}")
         stream.wait_for_alerts(report.alerts + warm, timeout_s=900)
+        _wait_for_batch_records(spark, args.state_dir / "delta" / name / "metrics", report.visits[0].start,
+                                _delivery_batches_said(stream.lines[said_before:]))
     finally:
         stream.stop(spark)
     first_send = report.visits[0].start
@@ -114,6 +118,21 @@ def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, index: int,
             "archived_s": round(archived_at, 2) if archived_at is not None else None,
             "archive_batches": len(archive),
             "timeline": {"delivery": delivery, "archive": archive}}
+
+
+def _delivery_batches_said(lines: list[str]) -> int:
+    """Delivery batches with alerts among the stream's printed lines."""
+    return sum(1 for m in map(DELIVERY_LINE.match, lines) if m and int(m[2]) > 0)
+
+
+def _wait_for_batch_records(spark, metrics: Path, first_send: float, expected: int, timeout_s: float = 60) -> None:
+    """Wait until the archive lane has stored the visit's delivery batch records in ``metrics``.
+
+    It stores them from the delivery log, after the alerts themselves may already be archived.
+    """
+    deadline = time.monotonic() + timeout_s
+    while len(_batches(spark, metrics, first_send)[0]) < expected and time.monotonic() < deadline:
+        time.sleep(1)
 
 
 def _batches(spark, metrics: Path, first_send: float) -> tuple[list[dict], list[dict]]:
