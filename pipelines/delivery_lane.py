@@ -22,7 +22,7 @@ from pipelines.filter_eval import merge_reports
 from pipelines.lane import Lane, LaneServices
 from pipelines.quarantine import Quarantine
 from pipelines.reload import PlanReloader
-from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
+from pipelines.stream_plan import StreamPlan, probe_batch
 from skyfilter.brokers import BrokerSpec
 from skyfilter.filter_loader import FilterSpec
 
@@ -107,7 +107,7 @@ class DeliveryLane(Lane):
 
         Without this the first visit of a night would wait for both (several seconds).
         """
-        probe = self.spark.createDataFrame([(None, None, self.plan.topic, 0, -1, None, 0)], KAFKA_SOURCE_SCHEMA)
+        probe = probe_batch(self.spark, self.plan.topic)
         rows, _ = self.outgoing(probe, -1)
         rows.count()
 

@@ -28,7 +28,7 @@ from pipelines.delivery_log import SummaryWriter
 from pipelines.delivery_program import batch_figures, evaluate, lane_filters
 from pipelines.lane import Lane, LaneServices
 from pipelines.outgoing import kafka_rows, keep_every_match
-from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
+from pipelines.stream_plan import StreamPlan, probe_batch
 from skyfilter.brokers import BrokerSpec, load_brokers
 from skyfilter.errors import SkyfilterError
 
@@ -128,7 +128,7 @@ class RealtimeLane(Lane):
         Spark caches generated code by its text, so the Real-time tasks find it compiled
         instead of compiling it while the first visit waits.
         """
-        probe = self.spark.createDataFrame([(None, None, self.plan.topic, 0, -1, None, 0)], KAFKA_SOURCE_SCHEMA)
+        probe = probe_batch(self.spark, self.plan.topic)
         self._rows(probe, observed=False).write.format("noop").mode("overwrite").save()
 
     def start(self) -> StreamingQuery:

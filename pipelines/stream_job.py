@@ -109,7 +109,7 @@ class StreamJob:
         if self.archive is not None and not self.triggers.available_now:
             self._start_archive(self.triggers.archive)
         if self.realtime is not None and not self.realtime.wait_until_reading():
-            self.log("realtime: the Real-time Mode tasks were not all running 120 s after the query started")
+            self.log("realtime: the Real-time Mode tasks had not started 120 s after the query did")
         if self.monitor.url:
             self.log(f"metrics at {self.monitor.url}")
 

@@ -36,6 +36,13 @@ KAFKA_SOURCE_SCHEMA = T.StructType([
 ])
 
 
+
+
+def probe_batch(spark, topic: str):
+    """One empty input row shaped like the Kafka source's, to compile a lane's query before alerts come."""
+    return spark.createDataFrame([(None, None, topic, 0, -1, None, 0)], KAFKA_SOURCE_SCHEMA)
+
+
 LANES = ("delivery", "realtime", "archive")
 
 
