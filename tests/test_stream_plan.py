@@ -114,15 +114,26 @@ def _jobs_described_as(spark, text: str) -> list[str]:
 
 
 def _round_trips(monkeypatch, action) -> int:
-    """How many py4j calls to the JVM ``action`` makes."""
+    """How many py4j calls to the JVM ``action`` makes.
+
+    Only this thread's calls count, and not the deletes of garbage-collected Java objects: py4j's finalizer
+    thread sends those whenever Python's collector runs, and in a long test session that is thousands of
+    objects left by earlier tests.
+    """
+    import threading
+
+    from py4j import protocol
     from py4j.clientserver import JavaClient
 
     calls = [0]
     send = JavaClient.send_command
+    caller = threading.get_ident()
+    delete = protocol.MEMORY_COMMAND_NAME + protocol.MEMORY_DEL_SUBCOMMAND_NAME
 
-    def counting(self, *args, **kwargs):
-        calls[0] += 1
-        return send(self, *args, **kwargs)
+    def counting(self, command, *args, **kwargs):
+        if threading.get_ident() == caller and not command.startswith(delete):
+            calls[0] += 1
+        return send(self, command, *args, **kwargs)
 
     with monkeypatch.context() as patch:
         patch.setattr(JavaClient, "send_command", counting)
