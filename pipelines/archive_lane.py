@@ -19,10 +19,10 @@ catches up from its checkpoint.
 
 from __future__ import annotations
 
+import itertools
 import time
 
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from pipelines.archive import record_schema, split_archive, with_message_hash
@@ -36,7 +36,8 @@ from pipelines.tables import METRICS_SCHEMA, append, create_table, insert_new, r
 LANE = "archive"
 MATCH_KEYS = ["night", "broker", "kafka_topic", "kafka_partition", "kafka_offset"]
 METRIC_KEYS = ["lane", "query_id", "batch_id"]
-BROKER_VISIT_KEYS = ["query_id", "batch_id", "broker", "visit_id"]
+BROKER_VISIT_KEYS = ["query_id", "broker", "visit_id", "batch_id"]
+_observation_ids = itertools.count()
 
 
 class ArchiveLane(Lane):
@@ -49,6 +50,8 @@ class ArchiveLane(Lane):
         self.app_id = f"skyfilter:{plan.name}:{LANE}"
         self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema) \
             if plan.cfg.get("stream.nightly_topics.enabled", False) else None
+        for column in plan.cutouts:  # images never repeat: Parquet's dictionary would only cost time to try
+            self.spark.conf.set(f"parquet.enable.dictionary#{column}", "false")
 
     @property
     def topics(self) -> list[str]:
@@ -66,40 +69,47 @@ class ArchiveLane(Lane):
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
         plan = self.plan
-        decoded = with_message_hash(plan.decode_full(batch.where(F.col("topic") == plan.topic))) \
-            .persist(StorageLevel.MEMORY_AND_DISK)
+        decoded = with_message_hash(plan.decode_full(batch.where(F.col("topic") == plan.topic)))
         logged = batch.where(F.col("topic") == plan.delivery_log_topic) \
             .select(F.col("value").cast("string").alias("json"), "timestamp").persist()
         try:
-            stats = self._stats(decoded)
+            observation = Observation(f"archive_{next(_observation_ids)}")
             matches = self._matches(logged)
             summaries = batch_records(logged)
-            tasks = self._appends(decoded, batch_id, stats)
-            tasks.append(lambda: insert_new(matches, plan.tables["matches"], MATCH_KEYS, "night"))
+            tasks = self._appends(decoded, observation, batch_id)
+            tasks.append(lambda: insert_new(matches, plan.tables["matches"], MATCH_KEYS, self.app_id, batch_id,
+                                            "night"))
             tasks.append(lambda: insert_new(_broker_visits(summaries), plan.tables["broker_visits"],
-                                            BROKER_VISIT_KEYS, "night"))
+                                            BROKER_VISIT_KEYS, self.app_id, batch_id, "night"))
             run_side_by_side(tasks)
-            if self.nightly is not None and stats["archived"]:
-                self.nightly.write(decoded.where(is_accepted()), self.kafka_options)
+            stats = self._stats(decoded, observation)
+            if stats["rejected"]:
+                self._append_rejects(decoded, batch_id)
+            if self.nightly is not None and stats["nights"]:
+                self.nightly.write(decoded.where(is_accepted()), self.kafka_options, stats["nights"])
             matched = matches.count()
             finished = time.time()
             figures = self.monitor.batch_figures(LANE, batch_id, started, finished, stats["input_alerts"], [])
             own = self._metrics_row(batch_id, started, finished, stats, matched, figures)
-            insert_new(_metrics(summaries).unionByName(own), plan.tables["metrics"], METRIC_KEYS)
+            insert_new(_metrics(summaries).unionByName(own), plan.tables["metrics"], METRIC_KEYS, self.app_id,
+                       batch_id)
         finally:
-            decoded.unpersist()
             logged.unpersist()
         self._report(batch_id, started, finished, stats, matched, figures)
 
-    def _stats(self, decoded: DataFrame) -> dict:
-        """Counts and input append times of the batch's messages, in one pass (which fills the cache)."""
-        accepted = is_accepted()
-        millis = F.unix_millis("kafka_timestamp").cast("double")
-        row = decoded.agg(F.count(F.lit(1)).alias("input"), F.count_if(~accepted).alias("rejected"),
-                          F.percentile_approx(F.when(accepted, millis), [0.01, 0.05, 0.5], 10000).alias("q"),
-                          F.min(F.when(accepted, millis)).alias("first")).first()
+    def _stats(self, decoded: DataFrame, observation: Observation) -> dict:
+        """Counts, nights and input append times of the batch's messages, as the alerts append observed them.
+
+        A batch retried after a crash may find its alerts already committed: Delta then skips the append,
+        nothing is observed, and the figures take a pass of their own.
+        """
+        if observation._jo.future().isCompleted():
+            row = observation.get
+        else:
+            row = decoded.agg(*archive_figures()).first().asDict()
         return {"input_alerts": row["input"], "rejected": row["rejected"], "archived": row["input"] - row["rejected"],
-                "appended_ms": row["q"] or [None, None, None], "first_ms": row["first"]}
+                "appended_ms": row["q"] or [None, None, None], "first_ms": row["first"],
+                "nights": sorted(night for night in row["nights"] if night)}
 
     def _archive_frames(self, decoded: DataFrame, batch_id: int) -> tuple[DataFrame, DataFrame]:
         """The alerts and cutouts rows of a batch's accepted messages."""
@@ -107,18 +117,22 @@ class ArchiveLane(Lane):
         alerts, cutouts = split_archive(accepted, self.plan.cutouts)
         return alerts.withColumn("batch_id", F.lit(batch_id).cast("long")), cutouts
 
-    def _appends(self, decoded: DataFrame, batch_id: int, stats: dict) -> list:
-        """The idempotent appends of the batch's own input (alerts, cutouts, rejects)."""
+    def _appends(self, decoded: DataFrame, observation: Observation, batch_id: int) -> list:
+        """The idempotent appends of the batch's accepted alerts, each reading the batch itself (nothing cached:
+        a second read of the Kafka rows costs less than caching a batch with its images).  The alerts append
+        observes the batch's figures."""
         tables = self.plan.tables
-        alerts, cutouts = self._archive_frames(decoded, batch_id)
-        tasks = [lambda: append(alerts, tables["alerts"], self.app_id, batch_id, "night"),
-                 lambda: append(cutouts, tables["cutouts"], self.app_id, batch_id, "night")]
-        if stats["rejected"]:
-            rejects = decoded.where(~is_accepted()).select(
-                "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_value",
-                "schema_id", "reject_reason", F.lit(batch_id).cast("long").alias("batch_id"))
-            tasks.append(lambda: append(rejects, tables["rejects"], self.app_id, batch_id))
-        return tasks
+        alerts, _ = self._archive_frames(decoded.observe(observation, *archive_figures()), batch_id)
+        _, cutouts = self._archive_frames(decoded, batch_id)
+        return [lambda: append(alerts, tables["alerts"], self.app_id, batch_id, "night"),
+                lambda: append(cutouts, tables["cutouts"], self.app_id, batch_id, "night")]
+
+    def _append_rejects(self, decoded: DataFrame, batch_id: int) -> None:
+        """The batch's undecodable messages, with their bytes and reason, appended once."""
+        rejects = decoded.where(~is_accepted()).select(
+            "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_value",
+            "schema_id", "reject_reason", F.lit(batch_id).cast("long").alias("batch_id"))
+        append(rejects, self.plan.tables["rejects"], self.app_id, batch_id)
 
     def _matches(self, logged: DataFrame) -> DataFrame:
         """The ``matches`` rows of the log's match records: one per (alert, broker), with its delivery time."""
@@ -148,6 +162,16 @@ class ArchiveLane(Lane):
         if stats["input_alerts"] or matched:
             self.log(f"archive batch {batch_id}: {stats['archived']} alerts archived, {stats['rejected']} rejected, "
                      f"{matched} matches logged, done in {finished - started:.2f} s")
+
+
+def archive_figures() -> list:
+    """The aggregates an archive batch observes over its input messages."""
+    accepted = is_accepted()
+    millis = F.unix_millis("kafka_timestamp").cast("double")
+    return [F.count(F.lit(1)).alias("input"), F.count_if(~accepted).alias("rejected"),
+            F.percentile_approx(F.when(accepted, millis), [0.01, 0.05, 0.5], 10000).alias("q"),
+            F.min(F.when(accepted, millis)).alias("first"),
+            F.collect_set(F.when(accepted, F.col("night"))).alias("nights")]
 
 
 def archive_latency(stats: dict, finished: float) -> tuple[list, float | None]:

@@ -33,9 +33,9 @@ class NightlyTopics:
         self.partitions = max(topic_partitions(cfg, topic), 1)
         self.ready: set[str] = set()
 
-    def write(self, accepted: DataFrame, kafka_options: dict[str, str]) -> None:
-        """Copy accepted messages (needs night, kafka_key/value/partition columns) to nightly topics."""
-        nights = [r.night for r in accepted.select("night").distinct().collect() if r.night]
+    def write(self, accepted: DataFrame, kafka_options: dict[str, str], nights: list[str]) -> None:
+        """Copy accepted messages (needs night, kafka_key/value/partition columns) of these nights to their
+        nightly topics."""
         new = [nightly_topic(self.topic, n) for n in nights if nightly_topic(self.topic, n) not in self.ready]
         if new:
             ensure_topics(self.cfg, dict.fromkeys(new, self.partitions),

@@ -117,3 +117,25 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
     assert row["lost"] == 0 and row["duplicated"] == 0
     matches = spark.read.format("delta").load(str(tables["matches"]))
     assert sorted(r.alert_id for r in matches.collect()) == sorted(expected), "every match archived exactly once"
+
+
+def test_rows_from_the_delivery_log_are_stored_once_however_often_they_come(spark, tmp_path):
+    """A delivery batch logged twice (it was retried), in the same or a later archive batch, and an archive
+    batch retried after a crash: each row is stored once."""
+    from pipelines.tables import insert_new
+
+    path = tmp_path / "matches"
+    keys = ["night", "broker", "kafka_partition", "kafka_offset"]
+    schema = "night string, broker string, kafka_partition int, kafka_offset long, batch_id long"
+
+    def stored() -> list[tuple]:
+        return sorted(tuple(r) for r in spark.read.format("delta").load(str(path)).collect())
+
+    first = [("2026-11-10", "b1", 0, 10, 1), ("2026-11-10", "b2", 0, 10, 1), ("2026-11-10", "b1", 1, 11, 1)]
+    insert_new(spark.createDataFrame(first + first[:1], schema), path, keys, "test", 0, "night")
+    assert stored() == sorted(first)
+    again = first[1:] + [("2026-11-10", "b1", 1, 12, 2), ("2026-11-11", "b1", 0, 3, 2)]
+    insert_new(spark.createDataFrame(again, schema), path, keys, "test", 1, "night")
+    assert stored() == sorted(first + again[2:])
+    insert_new(spark.createDataFrame([("2026-11-11", "b9", 0, 99, 3)], schema), path, keys, "test", 1, "night")
+    assert stored() == sorted(first + again[2:]), "a retried archive batch appends nothing"
