@@ -33,19 +33,25 @@ def add_warm_up_flag(parser: argparse.ArgumentParser, first_run: str) -> None:
 
 
 def bench_spark(app: str, trigger: str = "0", partitions: int = 8):
-    """The benchmark's SparkSession with the task slots a delivery trigger needs.
+    """The benchmark's SparkSession with the task slots the stream's lanes need (``pipelines/slots.py``).
 
-    Real-time Mode needs one slot per input partition plus room for the other
-    lanes; micro-batches run on the configured master (local[2]).  A running
+    As ``filter_stream.py`` asks for them: the configured cores for micro-batch
+    delivery, one slot per input partition in Real-time Mode, and the archive
+    lane's own when it runs in this process (``archive.process``).  A running
     session with another master is stopped first (the driver JVM stays).
     """
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    from pipelines.realtime import slots_needed
+    from pipelines.archive_process import runs_apart
     from pipelines.session import get_spark
+    from pipelines.slots import configured_master, local_cores, plan_slots
+    from skyfilter.config import Config
 
-    master = f"local[{slots_needed(partitions)}]" if trigger == "realtime" else SparkConf().get("spark.master")
+    cfg = Config.load()
+    cores = local_cores(configured_master()) or 2
+    archive_here = not runs_apart(cfg, {"delivery", "archive"}, False, True)
+    slots = plan_slots(cfg, cores, partitions if trigger == "realtime" else 0, True, archive_here)
+    master = f"local[{slots.total}]"
     active = SparkSession.getActiveSession()
     if active is not None and active.sparkContext.master != master:
         active.stop()

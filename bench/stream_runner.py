@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.archive_process import ARCHIVE_LINE, LOG_LINE
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 
 DELIVERY_LINE = re.compile(r"^(?:realtime )?batch (\d+): (\d+) alerts, (\d+) matches")
-ARCHIVE_LINE = re.compile(r"^archive batch (\d+): (\d+) alerts archived, (\d+) rejected, (\d+) matches logged")
 
 
 @dataclass
@@ -63,7 +63,7 @@ class StreamRun:
         by the archive lane after the alerts themselves may already be archived)."""
         lines = list(self.lines)
         delivered = sum(int(m[3]) for m in map(DELIVERY_LINE.match, lines) if m)
-        return sum(int(m[4]) for m in map(ARCHIVE_LINE.match, lines) if m) >= delivered
+        return sum(int(m[2]) for m in map(LOG_LINE.match, lines) if m) >= delivered
 
     def stop(self, spark, timeout_s: float = 120) -> None:
         """Stop the stream's query and wait for its thread."""

@@ -1,58 +1,74 @@
-"""The night archive's layout: alert columns and images apart, and messages restored byte for byte.
+"""The night archive's layout: every alert's fields beside its original message, and its images read from it.
 
-``alerts`` holds every accepted alert's fields without its cutouts, plus
-Kafka metadata and ``message_xxhash64``, a hash of the original message;
-``cutouts`` holds the images keyed by the same message key; ``schemas``
-holds the writer schema of every id seen, so the archive describes itself.
+``alerts`` holds, per accepted alert, the fields filters see (decoded without
+the cutouts, as the delivery lane decodes them), the Kafka metadata and
+``kafka_value``: the original message, byte for byte.  So replay re-emits the
+exact bytes with no re-encoding, whatever the writer schema was, and the
+images, which only a person looking at an alert needs, are decoded from those
+bytes on read (:func:`with_cutouts`) instead of being written a second time.
+Parquet reads only the columns a query names, so the message column costs a
+query over alert fields nothing.  ``schemas`` holds the writer schema of every
+id seen, so the archive describes itself.
 
-Avro's binary encoding of a value under a given schema is deterministic, so
-re-encoding the archived fields with the writer schema gives back the
-original message; every restored message is checked against its stored hash.
+Archives written before this layout (a ``cutouts`` table and a message hash
+instead of ``kafka_value``) are still read: their messages are restored by
+re-encoding the fields with the writer schema and checked against the hash.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.avro.functions import to_avro
+from pyspark.sql.avro.functions import from_avro, to_avro
 
 from pipelines.tables import is_table
-from skyfilter.wire import frame
+from skyfilter.avro_schemas import cutout_fields, schema_text
+from skyfilter.wire import HEADER_SIZE, frame
 
 MESSAGE_KEY = ["night", "kafka_topic", "kafka_partition", "kafka_offset"]
-HASH_COLUMN = "message_xxhash64"
+LEGACY_HASH_COLUMN = "message_xxhash64"
 
 
-def message_hash(value: Column) -> Column:
-    """The hash stored for each original message (Spark's xxhash64)."""
-    return F.xxhash64(value)
+def archive_rows(accepted: DataFrame) -> DataFrame:
+    """The ``alerts`` rows of decoded, accepted alerts: every column but the decode's reject reason."""
+    return accepted.drop("reject_reason")
 
 
-def with_message_hash(messages: DataFrame) -> DataFrame:
-    """Add the hash of each row's ``kafka_value`` (the original message), as the archive stores it."""
-    return messages.withColumn(HASH_COLUMN, message_hash(F.col("kafka_value")))
+def with_cutouts(alerts: DataFrame, schema: dict, cutouts: list[str] | None = None) -> DataFrame:
+    """Archived alerts with their cutout columns (by default the schema's detected ones), decoded from each
+    row's original message.
 
-
-def split_archive(accepted: DataFrame, cutouts: list[str]) -> tuple[DataFrame, DataFrame]:
-    """(alerts, cutouts) rows to archive for decoded, accepted alerts carrying :func:`with_message_hash`."""
-    kept = [F.col(f"`{c}`") for c in accepted.columns if c not in {*cutouts, "kafka_value", HASH_COLUMN}]
-    alerts = accepted.select(*kept, HASH_COLUMN)
-    images = accepted.select(*MESSAGE_KEY, "alert_id", *cutouts)
-    return alerts, images
-
-
-def restore_messages(alerts: DataFrame, images: DataFrame, schema_json: str, schema_id: int,
-                     fields: list[str]) -> DataFrame:
-    """Archived alerts with their cutouts rejoined and ``kafka_value`` re-encoded in the wire format.
-
-    Adds ``byte_identical``: whether the restored message hashes like the original.
+    Avro resolution onto a reader schema of the cutout fields alone skips every other field.
     """
+    cutouts = cutout_fields(schema) if cutouts is None else cutouts
+    reader = {**schema, "fields": [f for f in schema["fields"] if f["name"] in cutouts]}
+    images = from_avro(F.expr(f"substring(kafka_value, {HEADER_SIZE + 1})"), schema_text(schema),
+                       {"avroSchema": schema_text(reader), "mode": "PERMISSIVE"})
+    return alerts.withColumn("_images", images).select("*", *[F.col(f"_images.`{c}`").alias(c) for c in cutouts]) \
+        .drop("_images")
+
+
+def is_legacy(alerts: DataFrame) -> bool:
+    """Whether an ``alerts`` table is of the earlier layout (images in a ``cutouts`` table, no message column)."""
+    return "kafka_value" not in alerts.columns and LEGACY_HASH_COLUMN in alerts.columns
+
+
+def restore_legacy_messages(alerts: DataFrame, images: DataFrame, schema_json: str, schema_id: int) -> DataFrame:
+    """Alerts of the earlier layout with ``kafka_value`` rebuilt: cutouts rejoined, fields re-encoded with the
+    writer schema (Avro's binary encoding is deterministic), ``byte_identical`` checked against the stored hash."""
+    fields = [f["name"] for f in json.loads(schema_json)["fields"]]
     joined = alerts.join(images.drop("alert_id"), MESSAGE_KEY, "left")
     value = F.concat(F.lit(bytearray(frame(schema_id, b""))), to_avro(F.struct(*fields), schema_json))
     restored = joined.withColumn("kafka_value", value)
-    return restored.withColumn("byte_identical", message_hash(F.col("kafka_value")) == F.col(HASH_COLUMN))
+    return restored.withColumn("byte_identical", _hash(F.col("kafka_value")) == F.col(LEGACY_HASH_COLUMN)) \
+        .drop(LEGACY_HASH_COLUMN)
+
+
+def _hash(value: Column) -> Column:
+    return F.xxhash64(value)
 
 
 def record_schema(spark: SparkSession, path: Path, schema_id: int, schema_json: str) -> None:

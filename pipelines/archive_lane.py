@@ -1,20 +1,22 @@
-"""The archive lane: every alert, match and batch figure of a stream, to Delta, exactly once, off the delivery path.
+"""The archive lane: every alert of a stream to Delta, exactly once, off the delivery path.
 
-Its own streaming query reads the input topic and the stream's delivery log
-(``pipelines/delivery_log.py``) with its own checkpoint and a slower trigger
-(``archive.trigger``).  Per batch:
+Two streaming queries, each with its own checkpoint, make the lane:
 
-* the input messages are decoded with every field: accepted alerts go to
-  ``alerts`` (without images) and ``cutouts``, undecodable ones to ``rejects``,
-  each an idempotent append per batch (a retried batch is not archived twice);
-* the delivery log's records become ``matches`` (with the time each was
-  delivered), ``metrics`` rows of the delivery batches and ``broker_visits``,
-  each row inserted only if it is not there yet (a retried delivery batch logs twice);
-* one ``metrics`` row of its own, lane ``archive``; with nightly topics on, the
-  accepted messages are also copied to ``<topic>.<night>``.
+* this module's :class:`ArchiveLane` reads the input topic on a slower
+  trigger (``archive.trigger``) in ``archive.tasks`` task(s) (default one), so it
+  never holds more task slots than that (``pipelines/slots.py``).  Per batch it decodes each message once, as
+  the delivery lane does (the cutouts stay in the original message, which is
+  archived as it is), appends the accepted alerts to ``alerts``, the rare
+  undecodable ones to ``rejects`` (each an idempotent append per batch), copies
+  them to the nightly topics when those are on, and logs one ``batch`` record
+  of its own figures to the delivery log;
+* :class:`pipelines.archive_log.ArchiveLogLane` turns the delivery log into the
+  ``matches``, ``metrics`` and ``broker_visits`` tables on a slower trigger
+  still: a few small Delta commits per batch, which would otherwise cost the
+  alerts query a second of every trigger.
 
 The delivery lane never waits for any of this: a stopped or slow archive lane
-catches up from its checkpoint.
+catches up from its checkpoints.
 """
 
 from __future__ import annotations
@@ -25,77 +27,72 @@ import time
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
-from pipelines.archive import record_schema, split_archive, with_message_hash
+from pipelines.archive import archive_rows, record_schema
 from pipelines.decode import is_accepted
-from pipelines.delivery_log import batch_records, checkpoint_query_id, match_records
+from pipelines.delivery_log import SummaryWriter, checkpoint_query_id
 from pipelines.lane import Lane, LaneServices
 from pipelines.nightly_topics import NightlyTopics
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA
-from pipelines.tables import METRICS_SCHEMA, append, create_table, insert_new, run_side_by_side
+from pipelines.tables import append, create_table, is_table
+from skyfilter.errors import SkyfilterError
 
 LANE = "archive"
-MATCH_KEYS = ["night", "broker", "kafka_topic", "kafka_partition", "kafka_offset"]
-METRIC_KEYS = ["lane", "query_id", "batch_id"]
-BROKER_VISIT_KEYS = ["query_id", "broker", "visit_id", "batch_id"]
 _observation_ids = itertools.count()
 
 
 class ArchiveLane(Lane):
-    """The ``foreachBatch`` function of the archive lane."""
+    """The ``foreachBatch`` function of the archive lane's query over the input topic."""
 
-    def __init__(self, services: LaneServices, trigger: str):
+    def __init__(self, services: LaneServices, trigger: str, summaries: SummaryWriter):
         super().__init__(services, LANE)
         plan = services.plan
         self.trigger = trigger
+        self.summaries = summaries
         self.app_id = f"skyfilter:{plan.name}:{LANE}"
         self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema) \
             if plan.cfg.get("stream.nightly_topics.enabled", False) else None
-        for column in plan.cutouts:  # images never repeat: Parquet's dictionary would only cost time to try
-            self.spark.conf.set(f"parquet.enable.dictionary#{column}", "false")
+        # original messages never repeat: Parquet's dictionary would only cost time to try
+        self.spark.conf.set("parquet.enable.dictionary#kafka_value", "false")
 
     @property
     def topics(self) -> list[str]:
         """What the lane's query reads."""
-        return [self.plan.topic, self.plan.delivery_log_topic]
+        return [self.plan.topic]
 
     def prepare(self) -> None:
-        """Create the big tables and record the writer schema before the first alert comes."""
-        empty = self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
-        alerts, cutouts = self._archive_frames(with_message_hash(self.plan.decode_full(empty)), 0)
+        """Create the alerts table and record the writer schema before the first alert comes."""
+        path = self.plan.tables["alerts"]
+        if is_table(self.spark, path) and "kafka_value" not in self.spark.read.format("delta").load(str(path)).columns:
+            raise SkyfilterError(
+                f"{path} is an archive of an earlier skyfilter (images in a separate cutouts table): "
+                f"replay_night.py still reads it, but new alerts go to a new archive; start the stream with "
+                f"another --name, or move {path.parent} away")
+        empty = self.plan.decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
         record_schema(self.spark, self.plan.tables["schemas"], self.plan.schema_id, self.plan.schema_json)
-        for frame, table in ((alerts, "alerts"), (cutouts, "cutouts")):
-            create_table(self.spark, self.plan.tables[table], frame.schema, "night")
+        create_table(self.spark, path, self._alerts(empty).schema, "night")
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
-        plan = self.plan
-        decoded = with_message_hash(plan.decode_full(batch.where(F.col("topic") == plan.topic)))
-        logged = batch.where(F.col("topic") == plan.delivery_log_topic) \
-            .select(F.col("value").cast("string").alias("json"), "timestamp").persist()
-        try:
-            observation = Observation(f"archive_{next(_observation_ids)}")
-            matches = self._matches(logged)
-            summaries = batch_records(logged)
-            tasks = self._appends(decoded, observation, batch_id)
-            tasks.append(lambda: insert_new(matches, plan.tables["matches"], MATCH_KEYS, self.app_id, batch_id,
-                                            "night"))
-            tasks.append(lambda: insert_new(_broker_visits(summaries), plan.tables["broker_visits"],
-                                            BROKER_VISIT_KEYS, self.app_id, batch_id, "night"))
-            run_side_by_side(tasks)
-            stats = self._stats(decoded, observation)
-            if stats["rejected"]:
-                self._append_rejects(decoded, batch_id)
-            if self.nightly is not None and stats["nights"]:
-                self.nightly.write(decoded.where(is_accepted()), self.kafka_options, stats["nights"])
-            matched = matches.count()
-            finished = time.time()
-            figures = self.monitor.batch_figures(LANE, batch_id, started, finished, stats["input_alerts"], [])
-            own = self._metrics_row(batch_id, started, finished, stats, matched, figures)
-            insert_new(_metrics(summaries).unionByName(own), plan.tables["metrics"], METRIC_KEYS, self.app_id,
-                       batch_id)
-        finally:
-            logged.unpersist()
-        self._report(batch_id, started, finished, stats, matched, figures)
+        decoded = self.plan.decode(batch)
+        observation = Observation(f"archive_{next(_observation_ids)}")
+        append(self._alerts(decoded.observe(observation, *archive_figures())), self.plan.tables["alerts"],
+               self.app_id, batch_id, "night")
+        stats = self._stats(decoded, observation)
+        if stats["rejected"]:
+            self._append_rejects(decoded, batch_id)
+        if self.nightly is not None and stats["nights"]:
+            self.nightly.write(decoded.where(is_accepted()), self.kafka_options, stats["nights"])
+        finished = time.time()
+        figures = self.monitor.batch_figures(LANE, batch_id, started, finished, stats["input_alerts"], [])
+        if stats["input_alerts"]:
+            self.summaries.write(self._summary(batch_id, started, finished, stats, figures))
+        self._report(batch_id, started, finished, stats, figures)
+
+    @staticmethod
+    def _alerts(decoded: DataFrame) -> DataFrame:
+        """The batch's ``alerts`` rows.  Nothing in them depends on the batch: Spark compiles the query's code
+        once and reuses it (a literal such as the batch id would be compiled into the code of every batch)."""
+        return archive_rows(decoded.where(is_accepted()))
 
     def _stats(self, decoded: DataFrame, observation: Observation) -> dict:
         """Counts, nights and input append times of the batch's messages, as the alerts append observed them.
@@ -111,22 +108,6 @@ class ArchiveLane(Lane):
                 "appended_ms": row["q"] or [None, None, None], "first_ms": row["first"],
                 "nights": sorted(night for night in row["nights"] if night)}
 
-    def _archive_frames(self, decoded: DataFrame, batch_id: int) -> tuple[DataFrame, DataFrame]:
-        """The alerts and cutouts rows of a batch's accepted messages."""
-        accepted = decoded.where(is_accepted()).drop("reject_reason")
-        alerts, cutouts = split_archive(accepted, self.plan.cutouts)
-        return alerts.withColumn("batch_id", F.lit(batch_id).cast("long")), cutouts
-
-    def _appends(self, decoded: DataFrame, observation: Observation, batch_id: int) -> list:
-        """The idempotent appends of the batch's accepted alerts, each reading the batch itself (nothing cached:
-        a second read of the Kafka rows costs less than caching a batch with its images).  The alerts append
-        observes the batch's figures."""
-        tables = self.plan.tables
-        alerts, _ = self._archive_frames(decoded.observe(observation, *archive_figures()), batch_id)
-        _, cutouts = self._archive_frames(decoded, batch_id)
-        return [lambda: append(alerts, tables["alerts"], self.app_id, batch_id, "night"),
-                lambda: append(cutouts, tables["cutouts"], self.app_id, batch_id, "night")]
-
     def _append_rejects(self, decoded: DataFrame, batch_id: int) -> None:
         """The batch's undecodable messages, with their bytes and reason, appended once."""
         rejects = decoded.where(~is_accepted()).select(
@@ -134,34 +115,29 @@ class ArchiveLane(Lane):
             "schema_id", "reject_reason", F.lit(batch_id).cast("long").alias("batch_id"))
         append(rejects, self.plan.tables["rejects"], self.app_id, batch_id)
 
-    def _matches(self, logged: DataFrame) -> DataFrame:
-        """The ``matches`` rows of the log's match records: one per (alert, broker), with its delivery time."""
-        records = match_records(logged)
-        return records.select("*", F.explode("brokers").alias("b")).select(
-            "night", "visit_id", "alert_id", F.col("b.broker").alias("broker"), F.col("b.topic").alias("topic"),
-            F.split("b.filters", ",").alias("filters"), F.col("b.format").alias("format"), "kafka_topic",
-            "kafka_partition", "kafka_offset", F.timestamp_millis("kafka_timestamp_ms").alias("kafka_timestamp"),
-            "delivered_at", "lane", "batch_id")
-
-    def _metrics_row(self, batch_id: int, started: float, finished: float, stats: dict, matched: int,
-                     figures: dict) -> DataFrame:
-        """This batch's own ``metrics`` row: latency here is input append time to archived."""
+    def _summary(self, batch_id: int, started: float, finished: float, stats: dict, figures: dict) -> dict:
+        """This batch's ``batch`` record for the delivery log (the ``metrics`` row of lane ``archive``): latency
+        here is input append time to archived."""
         (p50, p95, p99), slowest = archive_latency(stats, finished)
-        row = (self.plan.name, self.monitor.run_id, batch_id, self.trigger, _ts(started), None, _ts(finished),
-               stats["input_alerts"], stats["rejected"], stats["archived"], matched, {}, {}, {}, None,
-               (finished - started) * 1000, p50, p95, p99, slowest, figures["input_rows_per_second"],
-               figures["processed_rows_per_second"], figures["kafka_lag"], [], LANE,
-               checkpoint_query_id(self.plan.lane_checkpoint(LANE)))
-        return self.spark.createDataFrame([row], METRICS_SCHEMA)
+        query_id = checkpoint_query_id(self.plan.lane_checkpoint(LANE))
+        return {"stream": self.plan.name, "lane": LANE, "query_id": query_id, "run_id": self.monitor.run_id,
+                "batch_id": batch_id, "trigger": self.trigger,
+                "started_at_ms": started * 1000, "delivered_at_ms": None, "finished_at_ms": finished * 1000,
+                "input_alerts": stats["input_alerts"], "rejected": stats["rejected"], "archived": stats["archived"],
+                "matches": None, "matches_by_broker": {}, "matches_by_filter": {}, "filter_errors": {},
+                "latency_p50_ms": p50, "latency_p95_ms": p95, "latency_p99_ms": p99, "latency_max_ms": slowest,
+                "input_rows_per_second": figures["input_rows_per_second"],
+                "processed_rows_per_second": figures["processed_rows_per_second"],
+                "kafka_lag": {str(k): v for k, v in figures["kafka_lag"].items()}, "quarantined_filters": [],
+                "broker_visits": []}
 
-    def _report(self, batch_id: int, started: float, finished: float, stats: dict, matched: int,
-                figures: dict) -> None:
+    def _report(self, batch_id: int, started: float, finished: float, stats: dict, figures: dict) -> None:
         quantiles, slowest = archive_latency(stats, finished)
         self.monitor.observe_archive(batch_id, stats, figures, started, finished, quantiles, slowest)
         self.totals.add_archive(stats["archived"], finished)
-        if stats["input_alerts"] or matched:
+        if stats["input_alerts"]:
             self.log(f"archive batch {batch_id}: {stats['archived']} alerts archived, {stats['rejected']} rejected, "
-                     f"{matched} matches logged, done in {finished - started:.2f} s")
+                     f"done in {finished - started:.2f} s")
 
 
 def archive_figures() -> list:
@@ -179,30 +155,3 @@ def archive_latency(stats: dict, finished: float) -> tuple[list, float | None]:
     ended_ms = finished * 1000.0
     quantiles = [None if q is None else ended_ms - q for q in reversed(stats["appended_ms"])]
     return quantiles, None if stats["first_ms"] is None else ended_ms - stats["first_ms"]
-
-
-def _metrics(summaries: DataFrame) -> DataFrame:
-    """``metrics`` rows of the delivery lanes' batch summaries."""
-    def ts(column: str):
-        return F.timestamp_millis(F.col(column).cast("long"))
-
-    columns = {field.name: F.col(field.name) for field in METRICS_SCHEMA.fields}
-    columns.update({"started_at": ts("started_at_ms"), "delivered_at": ts("delivered_at_ms"),
-                    "finished_at": ts("finished_at_ms"),
-                    "deliver_ms": F.col("delivered_at_ms") - F.col("started_at_ms"),
-                    "processing_ms": F.col("finished_at_ms") - F.col("started_at_ms"),
-                    "kafka_lag": F.transform_keys("kafka_lag", lambda partition, _: partition.cast("int"))})
-    return summaries.select(*[columns[f.name].cast(f.dataType).alias(f.name) for f in METRICS_SCHEMA.fields])
-
-
-def _broker_visits(summaries: DataFrame) -> DataFrame:
-    """``broker_visits`` rows of the delivery lanes' batch summaries (capped brokers and uncapped alike)."""
-    return summaries.select("query_id", "batch_id", F.explode("broker_visits").alias("v")).select(
-        "v.night", "v.visit_id", "v.broker", "v.max_alerts_per_visit", "v.matched", "v.delivered",
-        "v.dropped_by_cap", "batch_id", "query_id")
-
-
-def _ts(seconds: float):
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(seconds, dt.UTC)

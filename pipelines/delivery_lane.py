@@ -33,6 +33,7 @@ V1_SOURCES_WITHOUT_KAFKA = ("spark.sql.sources.useV1SourceList", "avro,csv,json,
 # Adaptive execution runs each shuffle stage as a job of its own and re-plans between them; the caps' one
 # small shuffle gains nothing from it.  Set on the delivery query's own session (Spark clones one per query).
 ONE_JOB_PER_BATCH = ("spark.sql.adaptive.enabled", "false")
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"  # the caps' window: as many tasks as the batch has
 
 
 def batch_stats(observed: dict, delivered: float, filters: list[FilterSpec]) -> dict:
@@ -75,8 +76,9 @@ class DeliveryLane(Lane):
 
     def __init__(self, services: LaneServices, trigger: str, summaries: SummaryWriter, caps: VisitCaps,
                  serves: Callable[[BrokerSpec], bool] = lambda broker: True, dead_letters: bool = True,
-                 quarantine: Quarantine | None = None, reloader: PlanReloader | None = None):
+                 quarantine: Quarantine | None = None, reloader: PlanReloader | None = None, tasks: int = 2):
         super().__init__(services, LANE)
+        self.tasks = tasks  # task slots a batch uses (``pipelines/slots.py``)
         self.trigger = trigger
         self.summaries = summaries
         self.caps = caps
@@ -116,6 +118,7 @@ class DeliveryLane(Lane):
         if self.reloader is not None and self.reloader.check() and self.quarantine is not None:
             self.quarantine.refresh()
         batch.sparkSession.conf.set(*ONE_JOB_PER_BATCH)
+        batch.sparkSession.conf.set(SHUFFLE_PARTITIONS, str(self.tasks))
         program = self.program()
         brokers, filters = program.brokers, program.filters
         rows, observation = program.apply(batch, batch_id, self.caps)

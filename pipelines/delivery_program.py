@@ -23,7 +23,7 @@ from pipelines.caps import VisitCaps, capped, decision_step, match_keys, slim_st
 from pipelines.decode import decode_steps, is_accepted
 from pipelines.filter_eval import PYTHON_COLUMN, REPORT_FIELD, filter_column, filter_steps
 from pipelines.outgoing import broker_match_step, kafka_row_steps, live_brokers, matched_filters, with_batch_id
-from pipelines.steps import Step, apply_steps
+from pipelines.steps import JvmSteps, Step, apply_steps, observe
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
 from skyfilter.brokers import BrokerSpec
 from skyfilter.filter_loader import FilterSpec
@@ -81,23 +81,27 @@ def program_key(plan: StreamPlan, brokers: list[BrokerSpec], dead_letters: bool)
 
 
 class DeliveryProgram:
-    """The delivery lane's query for one plan and broker set, ready to apply to batches of Kafka rows."""
+    """The delivery lane's query for one plan and broker set, ready to apply to batches of Kafka rows.
+
+    Its columns are built once and kept in the JVM (:class:`~pipelines.steps.JvmSteps`): a batch
+    costs a dozen round trips to the JVM, whatever the number of filters and brokers.
+    """
 
     def __init__(self, spark: SparkSession, plan: StreamPlan, brokers: list[BrokerSpec], dead_letters: bool):
         self.brokers = brokers
         self.filters = lane_filters(plan, brokers)
-        self.evaluate = evaluate_steps(plan, brokers)
-        self.figures = batch_figures(self.filters, brokers, per_visit=True)
+        evaluate = evaluate_steps(plan, brokers)
         # the caps' slimming step names every column: read them once from an empty batch (only with caps)
-        self.slim = slim_steps(apply_steps(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), self.evaluate).columns,
-                               brokers) if capped(brokers) else []
-        self.decide = decision_step(brokers)
-        self.rows = kafka_row_steps(brokers, plan.encodings, plan.deadletter_topic if dead_letters else None,
-                                    plan.delivery_log_topic)
+        slim = slim_steps(apply_steps(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), evaluate).columns,
+                          brokers) if capped(brokers) else []
+        self.head = JvmSteps(spark, [*evaluate, observe(*batch_figures(self.filters, brokers, per_visit=True)),
+                                     *slim])
+        self.tail = JvmSteps(spark, [decision_step(brokers), *kafka_row_steps(
+            brokers, plan.encodings, plan.deadletter_topic if dead_letters else None, plan.delivery_log_topic)])
 
     def apply(self, raw: DataFrame, batch_id: int, caps: VisitCaps) -> tuple[DataFrame, Observation]:
         """The Kafka rows of a batch of input rows, and the observation that will hold its figures."""
         observation = Observation(f"delivery_{next(_observation_ids)}")
-        observed = apply_steps(raw, self.evaluate).observe(observation, *self.figures)
-        slim = caps.with_delivered_before(with_batch_id(apply_steps(observed, self.slim), batch_id), self.brokers)
-        return apply_steps(slim, [self.decide, *self.rows]), observation
+        observed = self.head.apply(raw, observation)
+        decided = caps.with_delivered_before(with_batch_id(observed, batch_id), self.brokers)
+        return self.tail.apply(decided), observation

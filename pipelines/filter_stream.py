@@ -21,10 +21,12 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipelines.archive_process import ArchiveProcess, runs_apart  # noqa: E402
 from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.kafka_watch import wait_until_reachable  # noqa: E402
-from pipelines.realtime import auto_trigger, slots_needed  # noqa: E402
+from pipelines.realtime import auto_trigger  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
+from pipelines.slots import Slots, configured_master, local_cores, plan_slots  # noqa: E402
 from pipelines.stream_job import REALTIME, StreamJob, Triggers, duration  # noqa: E402
 from pipelines.stream_plan import build_plan, wait_for_schema  # noqa: E402
 from pipelines.totals import StreamTotals, summary_lines  # noqa: E402
@@ -32,6 +34,7 @@ from skyfilter.config import Config  # noqa: E402
 from skyfilter.kafka_clients import act_as  # noqa: E402
 from skyfilter.topics import topic_partitions  # noqa: E402
 
+ARCHIVE_START_S = 300.0  # how long the job waits for its archive process to run before saying it is running
 LANES = {"both": {"delivery", "archive"}, "delivery": {"delivery"}, "archive": {"archive"}}
 
 
@@ -77,30 +80,40 @@ def load_config(args: argparse.Namespace) -> Config:
 def triggers(cfg: Config, available_now: bool, log=print) -> Triggers:
     """Each lane's trigger from the config (checked here, so a typo is one line before Spark starts)."""
     if available_now:
-        return Triggers("availableNow", "availableNow", "")
+        return Triggers("availableNow", "availableNow", "", "availableNow")
     delivery = str(cfg.get("stream.trigger")).strip().lower()
     if delivery == "auto":
         delivery, why = auto_trigger(cfg.path("stream.filters_dir"), cfg.path("stream.brokers"))
         log(f"trigger auto -> {delivery}: {why}")
     if delivery != REALTIME:
         delivery = "0s" if duration(delivery) == "0 seconds" else delivery
-    archive = str(cfg.get("archive.trigger")).strip()
+    archive, archive_log = str(cfg.get("archive.trigger")).strip(), str(cfg.get("archive.log_trigger")).strip()
     duration(archive)
-    return Triggers(delivery, archive, duration(cfg.get("stream.realtime.checkpoint_interval")))
+    duration(archive_log)
+    return Triggers(delivery, archive, duration(cfg.get("stream.realtime.checkpoint_interval")), archive_log)
 
 
-def session_for(cfg: Config, topic: str, name: str, realtime: bool):
-    """The SparkSession; for Real-time Mode a local master gets one task slot per input partition (and room
-    for the other lanes) when it has fewer."""
-    if not realtime:
+def lane_slots(cfg: Config, topic: str, triggers_: Triggers, lanes: set[str], cores: int) -> Slots:
+    """The task slots each lane of this job needs (``pipelines/slots.py``), read from the files before Spark starts."""
+    delivery = "delivery" in lanes
+    realtime = delivery and triggers_.delivery == REALTIME
+    micro_batches = delivery and (not realtime or auto_trigger(cfg.path("stream.filters_dir"),
+                                                               cfg.path("stream.brokers"))[0] != REALTIME)
+    partitions = (topic_partitions(cfg, topic) or int(cfg.get("topics.alerts_partitions"))) if realtime else 0
+    return plan_slots(cfg, cores, partitions, micro_batches, "archive" in lanes)
+
+
+def session_for(cfg: Config, topic: str, name: str, triggers_: Triggers, lanes: set[str]):
+    """The SparkSession; a local master gets a task slot for every long-lived or archive task on top of its cores,
+    so delivery keeps its cores' worth of slots free (``pipelines/slots.py``)."""
+    master = configured_master()
+    cores = local_cores(master)
+    if cores is None:
         return get_spark(f"skyfilter-filter-stream-{name}")
-    from pyspark import SparkConf
-
-    master = SparkConf().get("spark.master", "local[2]")
-    need = slots_needed(topic_partitions(cfg, topic) or int(cfg.get("topics.alerts_partitions")))
-    local = master.startswith("local[") and master[6:-1].isdigit()
-    if local and int(master[6:-1]) < need:
-        print(f"realtime: Spark master {master} -> local[{need}] (one task slot per input partition)", flush=True)
+    need = lane_slots(cfg, topic, triggers_, lanes, cores).total
+    if need > cores:
+        print(f"task slots: Spark master {master} -> local[{need}] ({cores} for delivery, the rest for "
+              f"Real-time Mode's long-lived tasks and the archive lane)", flush=True)
         return get_spark(f"skyfilter-filter-stream-{name}", master=f"local[{need}]")
     return get_spark(f"skyfilter-filter-stream-{name}")
 
@@ -118,17 +131,33 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     if schema is None:
         log(f"nothing to do: no schema is registered for topic '{topic}' (nothing was produced to it)")
         return StreamTotals()
-    spark = spark or session_for(cfg, topic, name, plan_triggers.delivery == REALTIME and "delivery" in lanes)
+    # Under spark-submit the master (--master) is known only once the session runs: decide again then.
+    apart = runs_apart(cfg, lanes, args.available_now, local_cores(configured_master()) is not None)
+    spark = spark or session_for(cfg, topic, name, plan_triggers, lanes - {"archive"} if apart else lanes)
+    if runs_apart(cfg, lanes, args.available_now, local_cores(spark.sparkContext.master) is not None):
+        lanes = lanes - {"archive"}
+    apart = "archive" in LANES[args.lane] and "archive" not in lanes
     plan = build_plan(spark, cfg, topic, name, cfg.path("stream.filters_dir"), cfg.path("stream.brokers"), schema)
     for problem in plan.problems:
         log(f"filter problem: {problem}")
     log(f"stream '{name}': topic '{topic}' (schema id {plan.schema_id}, {plan.columns.family}), "
         f"{len(plan.filters)} filter(s) enabled for {len(plan.brokers)} broker(s)")
-    job = StreamJob(spark, cfg, plan, plan_triggers, lanes, log)
+    slots = lane_slots(cfg, topic, plan_triggers, lanes, local_cores(configured_master()) or
+                       int(spark.sparkContext.defaultParallelism))
+    job = StreamJob(spark, cfg, plan, plan_triggers, lanes, slots, log)
     try:
+        if apart:
+            job.watch_archive_process(ArchiveProcess(archive_arguments(args, cfg, topic, name),
+                                                     int(cfg.get("archive.nice", 10)), job.totals,
+                                                     cfg.run_dir / f"filter_stream.{name}.archive.log", log).start())
         job.start()
         running = ", ".join(f"{lane} (trigger {_label(job, lane)})" for lane in ("realtime", "delivery", "archive")
                             if lane in job.queries or (lane == "archive" and job.archive is not None))
+        if apart:
+            if not job.archive_process.wait_until_running(ARCHIVE_START_S, lambda: job.stop_signal["signal"]):
+                log(f"archive lane (process {job.archive_process.pid}) not running yet: delivery goes on, the "
+                    f"archive catches up once it runs")
+            running += f", archive (trigger {plan_triggers.archive}, process {job.archive_process.pid})"
         log(f"stream '{name}' running: {running}; master {spark.sparkContext.master}, checkpoints {plan.checkpoint}")
         if args.available_now:
             job.run_available_now()
@@ -138,6 +167,19 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
         job.stop()
         job.close()
     return job.totals
+
+
+def archive_arguments(args: argparse.Namespace, cfg: Config, topic: str, name: str) -> list[str]:
+    """The command-line arguments of this job's archive lane run as a process of its own: the same stream,
+    files and settings, the archive lane only, no metrics endpoint (the parent serves the lanes' lag)."""
+    arguments = ["--lane", "archive", "--topic", topic, "--name", name, "--wait-for-schema", "600",
+                 "--filters-dir", str(cfg.path("stream.filters_dir")), "--brokers", str(cfg.path("stream.brokers")),
+                 "--bootstrap", str(cfg.get("kafka.bootstrap_servers")), "--state-dir", str(cfg.state_dir),
+                 "--archive-trigger", str(cfg.get("archive.trigger"))]
+    arguments += ["--config", args.config] if args.config else []
+    for setting in args.set:
+        arguments += ["--set", setting]
+    return arguments + ["--set", "monitoring.port=null", "--set", "archive.process=same"]
 
 
 def _label(job: StreamJob, lane: str) -> str:

@@ -99,7 +99,7 @@ def sample_frame(spark: SparkSession, cfg: Config, paths: list[str | Path]) -> t
 
 
 def night_frame(spark: SparkSession, cfg: Config, name: str, night: str) -> tuple[DataFrame, str]:
-    """The archived alerts of one night of a stream, cutouts included."""
+    """The archived alerts of one night of a stream, as the stream's filters saw them."""
     messages, _, _ = read_messages(spark, table_paths(cfg, name), NightSelection(night, None, None, None))
     return messages.withColumn("reject_reason", F.lit(None).cast("string")), f"night {night} of '{name}'"
 

@@ -33,6 +33,7 @@ class LaneState:
 
     checkpoint: Path
     trigger: str
+    topic: str                    # what the lane's query reads (its lag is measured on it)
     previous_start: float | None = None
     last_batch: dict = field(default_factory=dict)
     lag: dict[int, int] = field(default_factory=dict)
@@ -108,27 +109,27 @@ class StreamMonitor:
             self.log(f"metrics endpoint not started: {host}:{port} is not available ({exc.strerror}); "
                      f"set monitoring.port to a free port (the stream runs on without it)")
 
-    def add_lane(self, lane: str, checkpoint: Path, trigger: str) -> None:
-        """Start watching a lane (its checkpoint gives its lag)."""
-        self.lanes[lane] = LaneState(checkpoint, trigger)
+    def add_lane(self, lane: str, checkpoint: Path, trigger: str, topic: str | None = None) -> None:
+        """Start watching a lane (its checkpoint gives its lag on ``topic``, by default the input topic)."""
+        self.lanes[lane] = LaneState(checkpoint, trigger, topic or self.topic)
         self.lane_info.labels(self.stream, lane).info({"trigger": trigger})
 
     def lag_after(self, lane: str, batch_id: int | None = None) -> dict[int, int]:
-        """A lane's lag per partition of the input topic now, against a batch's end offsets (default: its last
-        committed batch)."""
+        """A lane's lag per partition of the topic it reads now, against a batch's end offsets (default: its
+        last committed batch)."""
         with self.lock:
             state = self.lanes[lane]
             state.lag_at = time.time()
             try:
                 self.latest = self.latest or LatestOffsets(self.cfg)
-                latest = self.latest(self.topic)
+                latest = self.latest(state.topic)
             except SkyfilterError as exc:
                 self.log(f"consumer lag not measured: {exc}")
                 return {}
-            _, committed = committed_offsets(state.checkpoint, self.topic, batch_id)
+            _, committed = committed_offsets(state.checkpoint, state.topic, batch_id)
             state.lag = lag_per_partition(latest, committed)
             for partition, behind in state.lag.items():
-                self.lag.labels(self.stream, lane, self.topic, str(partition)).set(behind)
+                self.lag.labels(self.stream, lane, state.topic, str(partition)).set(behind)
             return state.lag
 
     def batch_figures(self, lane: str, batch_id: int, started: float, finished: float, input_alerts: int,
@@ -172,6 +173,11 @@ class StreamMonitor:
         self._latency("archive", latency, latency_max)
         self.lanes["archive"].last_batch.update(archived=stats["archived"])
 
+    def observe_log(self, batch_id: int, records: int, started: float, finished: float) -> None:
+        """Publish one completed batch of the archive lane's delivery-log query (``records`` log records)."""
+        figures = self.batch_figures("archive-log", batch_id, started, finished, records, [])
+        self._batch("archive-log", batch_id, records, figures, started, finished)
+
     def _batch(self, lane: str, batch_id: int, alerts: int, figures: dict, started: float, finished: float) -> None:
         s = self.stream
         self.batches.labels(s, lane).inc()
@@ -199,7 +205,7 @@ class StreamMonitor:
     def snapshot(self) -> dict:
         """What the status file shows: per lane its trigger, last batch and lag; the quarantined filters."""
         return {"quarantined": self.quarantined,
-                "lanes": {lane: {"trigger": state.trigger, "checkpoint": str(state.checkpoint),
+                "lanes": {lane: {"trigger": state.trigger, "topic": state.topic, "checkpoint": str(state.checkpoint),
                                  "last_batch": state.last_batch, "lag": state.lag, "lag_at": state.lag_at}
                           for lane, state in self.lanes.items()}}
 

@@ -1,4 +1,4 @@
-"""Reading one archived night back: alerts (optionally as of a version or time), cutouts rejoined."""
+"""Reading one archived night back: alerts (optionally as of a version or time) with their original messages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.archive import archived_schema, restore_messages
+from pipelines.archive import archived_schema, is_legacy, restore_legacy_messages
 from skyfilter.errors import SkyfilterError
 
 
@@ -59,13 +59,17 @@ def read_alerts(spark: SparkSession, tables: dict, selection: NightSelection) ->
 
 
 def read_messages(spark: SparkSession, tables: dict, selection: NightSelection) -> tuple[DataFrame, int, dict]:
-    """The night's alerts with cutouts rejoined and original messages restored; also the schema id and schema."""
+    """The night's alerts with their original messages (``kafka_value``); also the writer schema id and schema.
+
+    An archive of the earlier layout gets its messages restored from its fields and ``cutouts`` table, with a
+    ``byte_identical`` column saying whether each matches the hash stored when it was archived.
+    """
     alerts = read_alerts(spark, tables, selection)
     ids = [row.schema_id for row in alerts.select("schema_id").distinct().collect()]
     if len(ids) > 1:
         raise SkyfilterError(f"night {selection.night} mixes schema ids {ids}; replay one topic's archive at a time")
     schema_id, schema_json = archived_schema(spark, tables["schemas"], ids[0] if ids else None)
-    schema = json.loads(schema_json)
-    cutouts = spark.read.format("delta").load(str(tables["cutouts"])).where(F.col("night") == selection.night)
-    fields = [f["name"] for f in schema["fields"]]
-    return restore_messages(alerts, cutouts, schema_json, schema_id, fields), schema_id, schema
+    if is_legacy(alerts):
+        images = spark.read.format("delta").load(str(tables["cutouts"])).where(F.col("night") == selection.night)
+        alerts = restore_legacy_messages(alerts, images, schema_json, schema_id)
+    return alerts, schema_id, json.loads(schema_json)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from pipelines.delivery_lane import batch_stats, report_batch, summary_record
@@ -76,17 +76,6 @@ def split_line(plan: StreamPlan) -> str:
     if slow:
         line += f"; in micro-batches beside it (Real-time Mode has no state and no Python): {', '.join(slow)}"
     return line
-
-
-def task_slots(spark: SparkSession) -> int:
-    """Tasks this Spark can run at once (local[N]: N; a cluster: its executors' cores)."""
-    return int(spark.sparkContext.defaultParallelism)
-
-
-def slots_needed(partitions: int) -> int:
-    """Task slots Real-time Mode needs: one long-running task per input partition, plus room for the
-    micro-batch delivery lane and the archive lane beside it."""
-    return partitions + 2
 
 
 class RealtimeLane(Lane):

@@ -91,11 +91,12 @@ def restream(cfg: Config, messages: DataFrame, schema: dict, topic: str, speed: 
     from confluent_kafka import Producer
     from tqdm import tqdm
 
-    messages = messages.persist()  # re-encoding a night is costly: do it once for the checks and the send
-    mismatched = messages.where(~F.coalesce(F.col("byte_identical"), F.lit(False))).count()
-    if mismatched:
-        raise SkyfilterError(f"{mismatched} archived alert(s) would not be restored byte for byte "
-                             f"(hash mismatch or missing cutouts); nothing was sent")
+    if "byte_identical" in messages.columns:  # an archive of the earlier layout: messages are re-encoded
+        messages = messages.persist()  # re-encoding a night is costly: do it once for the checks and the send
+        mismatched = messages.where(~F.coalesce(F.col("byte_identical"), F.lit(False))).count()
+        if mismatched:
+            raise SkyfilterError(f"{mismatched} archived alert(s) would not be restored byte for byte "
+                                 f"(hash mismatch or missing cutouts); nothing was sent")
     partitions = max(topic_partitions(cfg, messages.first().kafka_topic), 1)
     ensure_topics(cfg, {topic: partitions})
     open_registry(cfg).register(subject_for(topic), schema, exclusive=True)

@@ -3,15 +3,19 @@
 * delivery: micro-batches (``pipelines/delivery_lane.py``), or Real-time Mode
   for the brokers it can serve (``pipelines/realtime.py``) with micro-batches
   beside it for the others;
-* archive: its own query, checkpoint and slower trigger (``pipelines/archive_lane.py``).
+* archive: its own queries, checkpoints and slower triggers: the input topic to
+  ``alerts`` (``pipelines/archive_lane.py``), the delivery log to ``matches``,
+  ``metrics`` and ``broker_visits`` (``pipelines/archive_log.py``).
 
 Each lane's jobs run in their own FAIR scheduler pool (``conf/fairscheduler.xml``),
-so a batch of the archive never queues ahead of a delivery batch.  The lanes
+and the archive's queries run in a bounded number of tasks (``archive.tasks``),
+so a delivery batch always finds its task slots free (``pipelines/slots.py``).  The lanes
 share one plan (filters, brokers, schemas), reloaded and quarantined in place.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -24,6 +28,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pipelines.archive_lane import ArchiveLane
+from pipelines.archive_log import ArchiveLogLane
+from pipelines.archive_process import ArchiveProcess
 from pipelines.caps import VisitCaps
 from pipelines.delivery_lane import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
 from pipelines.delivery_log import SummaryWriter, delivered_so_far
@@ -31,13 +37,15 @@ from pipelines.kafka_watch import KafkaWatch
 from pipelines.lane import LaneServices
 from pipelines.monitoring import StreamMonitor
 from pipelines.quarantine import Quarantine
-from pipelines.realtime import RealtimeLane, realtime_refusal, slots_needed, split_line, task_slots
+from pipelines.realtime import RealtimeLane, realtime_refusal, split_line
 from pipelines.reload import PlanReloader
+from pipelines.slots import Slots, check_realtime_slots, delivery_tasks
 from pipelines.stream_plan import StreamPlan
 from pipelines.totals import StreamTotals
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 from skyfilter.kafka_clients import spark_sink_options, spark_source_options
+from skyfilter.status import status_file
 from skyfilter.topics import ensure_topics, topic_partitions
 
 REALTIME = "realtime"
@@ -50,6 +58,7 @@ class Triggers:
     delivery: str             # "0s", "5s"..., "realtime", or "availableNow"
     archive: str              # "10s"..., or "availableNow"
     realtime_interval: str    # Real-time Mode's checkpoint interval
+    archive_log: str = "30s"  # the archive lane's delivery-log query, or "availableNow"
 
     @property
     def available_now(self) -> bool:
@@ -79,12 +88,13 @@ class StreamJob:
     """Starts the lanes of a stream, keeps its status file current, and stops them."""
 
     def __init__(self, spark: SparkSession, cfg: Config, plan: StreamPlan, triggers: Triggers, lanes: set[str],
-                 log=print):
+                 slots: Slots, log=print):
         self.spark = spark
         self.cfg = cfg
         self.plan = plan
         self.triggers = triggers
         self.lanes = lanes
+        self.slots = slots
         self.log = log
         self.totals = StreamTotals()
         self.monitor = StreamMonitor(cfg, plan.name, plan.topic, log)
@@ -94,29 +104,55 @@ class StreamJob:
         self.summaries: SummaryWriter | None = None
         self.reloader: PlanReloader | None = None
         self.archive: ArchiveLane | None = None
+        self.archive_log: ArchiveLogLane | None = None
+        self.archive_process: ArchiveProcess | None = None
         self.delivery: DeliveryLane | None = None
         self.triggered: dict[str, str] = {}  # micro-batch lane -> the trigger its query was started with
         self.recovered: set[str] = set()
+        self.stop_signal: dict = {"signal": None}  # set by SIGTERM/SIGINT (see catch_stop_signals)
+        self.previous_handlers: dict = {}
 
     # ----------------------------------------------------------------- start
+    def catch_stop_signals(self) -> dict:
+        """From now on SIGTERM/SIGINT ask for a clean stop (noted in ``stop_signal``, acted on by :meth:`wait`),
+        also while the lanes start; the handlers they replace (none outside the main thread)."""
+        if not self.previous_handlers and threading.current_thread() is threading.main_thread():
+            def on_signal(signum, _frame):
+                self.stop_signal["signal"] = signum
+
+            self.previous_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        return self.previous_handlers
+
     def start(self) -> None:
         """Start every lane asked for; the delivery lanes after the archive's tables exist."""
+        self.catch_stop_signals()
+        self._ensure_input_topic()
+        self.summaries = SummaryWriter(self.cfg, self.plan.delivery_log_topic)
         if "archive" in self.lanes:
-            self.archive = ArchiveLane(self.services, self.triggers.archive)
+            self.archive = ArchiveLane(self.services, self.triggers.archive, self.summaries)
+            self.archive_log = ArchiveLogLane(self.services, self.triggers.archive_log)
             self.archive.prepare()
         if "delivery" in self.lanes:
             self._start_delivery()
         if self.archive is not None and not self.triggers.available_now:
-            self._start_archive(self.triggers.archive)
+            self._start_archive(self.triggers.archive, self.triggers.archive_log)
         if self.realtime is not None and not self.realtime.wait_until_reading():
             self.log("realtime: the Real-time Mode tasks had not started 120 s after the query did")
         if self.monitor.url:
             self.log(f"metrics at {self.monitor.url}")
 
+    def watch_archive_process(self, process: ArchiveProcess) -> None:
+        """The archive lane runs in ``process``: its lag is measured here too, it is restarted if it dies, and it
+        is stopped (and drains) after delivery stops."""
+        self.archive_process = process
+        label = f"{self.triggers.archive} (process {process.pid})"
+        self.monitor.add_lane("archive", self.plan.lane_checkpoint("archive"), label)
+        self.monitor.add_lane("archive-log", self.plan.lane_checkpoint("archive-log"), self.triggers.archive_log,
+                              self.plan.delivery_log_topic)
+
     def _start_delivery(self) -> None:
         plan, cfg = self.plan, self.cfg
         self.spark.conf.set(*V1_SOURCES_WITHOUT_KAFKA)
-        self.summaries = SummaryWriter(cfg, plan.delivery_log_topic)
         quarantine = Quarantine(self.spark, cfg, plan, cfg.path("stream.filters_dir"), self.log)
         if cfg.get("stream.hot_reload", True):
             self.reloader = PlanReloader(self.spark, cfg, plan, cfg.path("stream.filters_dir"),
@@ -142,21 +178,38 @@ class StreamJob:
         self.delivery = DeliveryLane(
             self.services, label, self.summaries, caps,
             serves=(lambda broker: realtime_refusal(broker, plan) is not None) if realtime else (lambda broker: True),
-            dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader)
+            dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader,
+            tasks=delivery_tasks(cfg, int(self.spark.sparkContext.defaultParallelism), self.slots))
         self.delivery.warm_up()
         self.monitor.add_lane("delivery", plan.lane_checkpoint("delivery"), label)
         self._start_batches("delivery", label)
 
-    def _start_archive(self, trigger: str) -> StreamingQuery:
+    def _start_archive(self, trigger: str, log_trigger: str) -> list[StreamingQuery]:
+        """Start the archive lane's two queries: the input topic to ``alerts``, the delivery log to the rest."""
         self.monitor.add_lane("archive", self.plan.lane_checkpoint("archive"), trigger)
-        return self._start_batches("archive", trigger)
+        self.monitor.add_lane("archive-log", self.plan.lane_checkpoint("archive-log"), log_trigger,
+                              self.plan.delivery_log_topic)
+        return [self._start_batches("archive", trigger), self._start_batches("archive-log", log_trigger)]
+
+    def _lane_function(self, lane: str):
+        """(foreachBatch function, topics, bound on offsets per batch, tasks per batch) of a micro-batch query."""
+        if lane == "delivery":
+            return self.delivery, None, int(self.cfg.get("stream.max_offsets_per_trigger")), self.delivery.tasks
+        bound = int(self.cfg.get("archive.max_offsets_per_trigger"))
+        if lane == "archive":
+            return self.archive, self.archive.topics, bound, max(self.slots.archive, 1)
+        return self.archive_log, self.archive_log.topics, bound, 1
 
     def _start_batches(self, lane: str, trigger: str) -> StreamingQuery:
-        """Start (or restart) the micro-batch query of the delivery or the archive lane."""
-        batch_function, topics, bound = ((self.delivery, None, "stream.max_offsets_per_trigger") if lane == "delivery"
-                                         else (self.archive, self.archive.topics, "archive.max_offsets_per_trigger"))
-        source = self._source(lane, topics).option("maxOffsetsPerTrigger", int(self.cfg.get(bound))).load()
-        with _pool(self.spark, lane):
+        """Start (or restart) the micro-batch query of the delivery lane or of one of the archive's queries.
+
+        Each batch runs in at most the lane's number of tasks: the input has one
+        partition per Kafka partition, and a task per partition would cost each
+        small batch one task start per partition and let the archive take every slot.
+        """
+        batch_function, topics, bound, tasks = self._lane_function(lane)
+        source = self._source(lane, topics).option("maxOffsetsPerTrigger", bound).load().coalesce(tasks)
+        with _pool(self.spark, "archive" if lane == "archive-log" else lane):
             query = (source.writeStream.queryName(f"skyfilter_{lane}_{self.plan.name}").foreachBatch(batch_function)
                      .option("checkpointLocation", str(self.plan.lane_checkpoint(lane)))
                      .trigger(**trigger_keywords(trigger)).start())
@@ -189,17 +242,16 @@ class StreamJob:
                   .option("startingOffsets", str(self.cfg.get("stream.starting_offsets"))))
         return reader.load() if lane == REALTIME else reader
 
+    def _ensure_input_topic(self) -> None:
+        """Create the input topic if its schema was registered before it was created (Spark's Kafka source fails
+        on a topic that does not exist yet)."""
+        if not topic_partitions(self.cfg, self.plan.topic):
+            ensure_topics(self.cfg, {self.plan.topic: int(self.cfg.get("topics.alerts_partitions"))})
+
     def _check_slots(self) -> None:
         partitions = topic_partitions(self.cfg, self.plan.topic)
-        if not partitions:  # Real-time Mode's source fails on a topic that does not exist yet; micro-batches wait
-            partitions = int(self.cfg.get("topics.alerts_partitions"))
-            ensure_topics(self.cfg, {self.plan.topic: partitions})
-        need, have = slots_needed(partitions), task_slots(self.spark)
-        if have < need:
-            raise SkyfilterError(
-                f"Real-time Mode runs one long-lived task per input partition: topic '{self.plan.topic}' has "
-                f"{partitions}, so this stream needs {need} task slots and Spark has {have}; start it with "
-                f"--master local[{need}] (or more executor cores on a cluster)")
+        check_realtime_slots(int(self.spark.sparkContext.defaultParallelism),
+                             dataclasses.replace(self.slots, realtime=partitions), self.plan.topic)
 
     # ----------------------------------------------------------------- run
     def run_available_now(self) -> None:
@@ -209,7 +261,16 @@ class StreamJob:
             if query is not None:
                 self._await(lane, query)
         if self.archive is not None:
-            self._await("archive", self._start_archive("availableNow"))
+            self._drain_archive()
+
+    def _drain_archive(self) -> None:
+        """Archive what the topic and the delivery log hold now: the alerts first (their figures go to the
+        log), then the log."""
+        self.monitor.add_lane("archive", self.plan.lane_checkpoint("archive"), "availableNow")
+        self._await("archive", self._start_batches("archive", "availableNow"))
+        self.monitor.add_lane("archive-log", self.plan.lane_checkpoint("archive-log"), "availableNow",
+                              self.plan.delivery_log_topic)
+        self._await("archive-log", self._start_batches("archive-log", "availableNow"))
 
     def _await(self, lane: str, query: StreamingQuery) -> None:
         while True:
@@ -230,20 +291,16 @@ class StreamJob:
         On an idle stop and on SIGTERM/SIGINT the delivery lanes stop first, then the archive catches up with
         everything they delivered before the job ends, so a clean stop leaves a complete archive.
         """
-        status = self.cfg.run_dir / f"filter_stream.{self.plan.name}.json"
+        status = status_file(self.cfg, self.plan.name, archive_only=self.lanes == {"archive"})
         status.parent.mkdir(parents=True, exist_ok=True)
         context = self.spark.sparkContext
         about = {"pid": os.getpid(), "topic": self.plan.topic, "started_at": time.time(), "status": "running",
                  "trigger": self.triggers.delivery, "checkpoint": str(self.plan.checkpoint),
                  "master": context.master, "application_id": context.applicationId, "metrics_url": self.monitor.url,
-                 "query_ids": {lane: str(q.id) for lane, q in self.queries.items()}}
-        stop = {"signal": None}
-
-        def on_signal(signum, _frame):
-            stop["signal"] = signum
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)} \
-            if threading.current_thread() is threading.main_thread() else {}
+                 "query_ids": {lane: str(q.id) for lane, q in self.queries.items()},
+                 "archive_pid": self.archive_process.pid if self.archive_process else None}
+        stop = self.stop_signal
+        previous = self.catch_stop_signals()
         started = time.time()
         watch = KafkaWatch(self.cfg, self.log).start()
         drain = False
@@ -255,13 +312,15 @@ class StreamJob:
                 if not self._poll(0.5):
                     break
                 self._reload_realtime()
+                if self.archive_process is not None:
+                    self.archive_process.check()
                 outage = watch.over_limit()
                 if outage is not None:
                     raise outage
                 if stop["signal"] is not None:
                     self.log(f"stopping on signal {signal.Signals(stop['signal']).name}" + (
                         ": the archive catches up with what was delivered (the same signal again stops at once)"
-                        if self.archive is not None else ""))
+                        if self.archive is not None or self.archive_process is not None else ""))
                     drain = True
                     break
                 if idle_s is not None and self._idle() and watch.down_since is None \
@@ -273,10 +332,13 @@ class StreamJob:
             watch.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self.previous_handlers = {}
             self.stop()
+            if self.archive_process is not None:
+                self.archive_process.stop(float(self.cfg.get("archive.stop_timeout_s", 600)))
             status.unlink(missing_ok=True)
         if drain and self.archive is not None:
-            self._await("archive", self._start_archive("availableNow"))
+            self._drain_archive()
 
     def _poll(self, seconds: float) -> bool:
         """Wait on every query for a while; False once one stopped without an error (someone stopped it).
@@ -319,16 +381,19 @@ class StreamJob:
         if self.realtime is not None:
             self.realtime.close()
             self.realtime.stop()
-        for lane in ("realtime", "delivery", "archive"):
+        for lane in ("realtime", "delivery", "archive", "archive-log"):
             query = self.queries.pop(lane, None)
             if query is not None and query.isActive:
                 query.stop()
 
     def close(self) -> None:
-        """Stop the metrics endpoint and the summary producer."""
+        """Stop the metrics endpoint and the summary producer; give SIGTERM/SIGINT their handlers back."""
         if self.summaries is not None:
             self.summaries.close()
         self.monitor.close()
+        for sig, handler in self.previous_handlers.items():
+            signal.signal(sig, handler)
+        self.previous_handlers = {}
 
     def failure(self, lane: str, exc: BaseException) -> SkyfilterError:
         """One line for the user; the whole error goes to a log file next to the status file."""

@@ -2,8 +2,9 @@
 
 Each input topic gets its own set of tables under ``<state_dir>/delta/<name>/``
 (``name`` defaults to the topic): ``alerts`` (every accepted alert once,
-partitioned by night, without its images), ``cutouts`` (the images, by night),
-``schemas`` (writer schemas by id), ``matches`` (every alert-broker match
+partitioned by night: its fields and its original message, see
+``pipelines/archive.py``), ``cutouts`` (images, only in archives of the earlier
+layout), ``schemas`` (writer schemas by id), ``matches`` (every alert-broker match
 delivered, by night), ``metrics`` (one row per batch of each lane) and
 ``rejects`` (messages that could not be decoded, with their bytes and the
 reason), ``filter_status`` (quarantines) and ``broker_visits`` (per broker,

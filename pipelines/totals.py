@@ -16,6 +16,7 @@ class StreamTotals:
     input_alerts: int = 0
     rejected: int = 0
     archived: int = 0
+    matches_logged: int = 0   # match records the archive lane has stored from the delivery log
     matches_by_broker: Counter = field(default_factory=Counter)
     matches_by_filter: Counter = field(default_factory=Counter)
     dropped_by_cap: Counter = field(default_factory=Counter)
@@ -49,9 +50,15 @@ class StreamTotals:
             if archived:
                 self.last_input_at = max(self.last_input_at, finished)
 
+    def add_logged(self, matches: int) -> None:
+        """Count the match records of one batch of the archive lane's delivery-log query."""
+        with self.lock:
+            self.matches_logged += matches
+
     def as_dict(self) -> dict:
         """The figures of the status file."""
-        return {"input_alerts": self.input_alerts, "archived": self.archived, "dead_letters": self.rejected,
+        return {"input_alerts": self.input_alerts, "archived": self.archived, "matches_logged": self.matches_logged,
+                "dead_letters": self.rejected,
                 "matches": sum(self.matches_by_broker.values()), "by_broker": dict(self.matches_by_broker)}
 
 

@@ -33,14 +33,24 @@ def _num(value, unit: str = "", digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}{unit}"
 
 
+ARCHIVE_PART = "archive"  # an archive-only job (``--lane archive``) writes its own status file beside the stream's
+
+
+def status_file(cfg: Config, name: str, archive_only: bool = False) -> Path:
+    """The status file a running stream job keeps (an archive-only job has its own, merged on display)."""
+    return cfg.run_dir / (f"filter_stream.{name}.{ARCHIVE_PART}.json" if archive_only else f"filter_stream.{name}.json")
+
+
 def stream_names(cfg: Config) -> list[str]:
     """Every stream with a status file or a checkpoint under the state dir."""
-    names = {p.name[len("filter_stream."):-len(".json")] for p in cfg.run_dir.glob("filter_stream.*.json")}
+    names = {p.name[len("filter_stream."):-len(".json")].removesuffix(f".{ARCHIVE_PART}")
+             for p in cfg.run_dir.glob("filter_stream.*.json")}
     names |= {p.parent.parent.name for p in cfg.checkpoint_dir.glob("*/*/offsets")}
     return sorted(names)
 
 
-LANES = ("realtime", "delivery", "archive")
+LANES = ("realtime", "delivery", "archive", "archive-log")
+LOG_LANE = "archive-log"  # reads the delivery log, not the input topic
 
 
 def stream_lines(cfg: Config, name: str, latest) -> list[str]:
@@ -48,14 +58,17 @@ def stream_lines(cfg: Config, name: str, latest) -> list[str]:
 
     ``latest`` gives Kafka's latest offsets of a topic (None: do not show the lag).
     """
-    path = cfg.run_dir / f"filter_stream.{name}.json"
-    info = json.loads(path.read_text()) if path.exists() else {}
+    info, archive = (_read_status(status_file(cfg, name, part)) for part in (False, True))
+    if not info and _alive(archive.get("pid")):
+        info = archive  # an archive-only job runs alone
     running = _alive(info.get("pid"))
     folder = Path(info.get("checkpoint") or cfg.checkpoint_dir / name)
     lanes = info.get("lanes", {}) if running else {}
+    if archive is not info and _alive(archive.get("pid")):  # its own process: its lanes are its to show
+        lanes = {**lanes, **archive.get("lanes", {})}
     checkpoints = {lane: folder / lane for lane in LANES if (folder / lane / "offsets").exists() or lane in lanes}
-    topic = info.get("topic") or next((checkpoint_topic(c) for c in checkpoints.values() if checkpoint_topic(c)),
-                                      None)
+    topic = info.get("topic") or next((checkpoint_topic(c) for lane, c in checkpoints.items()
+                                       if lane != LOG_LANE and checkpoint_topic(c)), None)
     if running:
         up = time.time() - float(info["started_at"])
         head = (f"stream '{name}': RUNNING (pid {info['pid']}, up {up / 60:.0f} min) on {info.get('master')}, "
@@ -77,14 +90,24 @@ def stream_lines(cfg: Config, name: str, latest) -> list[str]:
     return lines
 
 
+def _read_status(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def _lane_lines(lane: str, info: dict | None, checkpoint: Path, topic: str | None, latest, running: bool
                 ) -> list[str]:
     """One lane: trigger and last batch (while the job runs), and its Kafka lag from its checkpoint."""
     trigger = f", trigger {info['trigger']}" if info else ""
     batch = (info or {}).get("last_batch") or {}
+    if lane == LOG_LANE:
+        topic = (info or {}).get("topic") or checkpoint_topic(checkpoint)
     if batch.get("batch_id") is not None:
-        what = (f"{batch['alerts']:,} alerts archived" if lane == "archive"
-                else f"{batch['alerts']:,} alerts, {batch.get('matches', 0):,} matches")
+        what = {"archive": f"{batch['alerts']:,} alerts archived",
+                LOG_LANE: f"{batch['alerts']:,} delivery records logged"}.get(
+            lane, f"{batch['alerts']:,} alerts, {batch.get('matches', 0):,} matches")
         lines = [f"  {lane:<9} last batch {batch['batch_id']} ({_ago(batch['finished_at'])}{trigger}): {what}, "
                  f"done in {_num(batch['processing_s'], ' s')}, latency p50 {_num(batch.get('latency_p50_s'), ' s')} "
                  f"p99 {_num(batch.get('latency_p99_s'), ' s')}",
@@ -97,7 +120,8 @@ def _lane_lines(lane: str, info: dict | None, checkpoint: Path, topic: str | Non
         try:
             lag = lag_per_partition(latest(topic), committed)
             parts = ", ".join(f"p{p} {n:,}" for p, n in lag.items())
-            lines.append(f"  {'':<9} Kafka lag {sum(lag.values()):,} alerts ({parts}); last committed batch "
+            unit = "records" if lane == LOG_LANE else "alerts"
+            lines.append(f"  {'':<9} Kafka lag {sum(lag.values()):,} {unit} ({parts}); last committed batch "
                          f"{'-' if committed_batch is None else committed_batch}")
         except SkyfilterError as exc:
             lines.append(f"  {'':<9} Kafka lag unknown: {exc}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 
@@ -10,6 +11,7 @@ from pyspark.sql import functions as F
 
 from conftest import NEGATIVE_PY, stream_args, write_files
 from pipelines import replay_night
+from pipelines.archive import archived_schema, with_cutouts
 from pipelines.filter_stream import run
 from pipelines.night_reader import NightSelection, read_alerts
 from pipelines.tables import table_paths
@@ -44,13 +46,19 @@ def night(kafka_cfg, spark, tmp_path_factory):
     return {"report": report, "folder": folder, "originals": originals, "tables": table_paths(kafka_cfg, TOPIC)}
 
 
-def test_alert_scans_never_read_images_and_cutouts_are_keyed_by_alert(night, spark):
-    alerts = spark.read.format("delta").load(str(night["tables"]["alerts"]))
-    cutouts = spark.read.format("delta").load(str(night["tables"]["cutouts"]))
-    assert not [c for c in alerts.columns if c.startswith("cutout")]
-    assert {"cutoutDifference", "cutoutScience", "cutoutTemplate", "alert_id"} <= set(cutouts.columns)
-    assert alerts.count() == cutouts.count() == 75
-    assert cutouts.where(F.length("cutoutScience") < 10_000).count() == 0
+def test_alerts_are_stored_once_with_their_message_and_the_images_decode_from_it(night, spark):
+    tables = night["tables"]
+    alerts = spark.read.format("delta").load(str(tables["alerts"]))
+    assert not [c for c in alerts.columns if c.startswith("cutout")], "alert scans never read images"
+    assert alerts.count() == alerts.select("alert_id").distinct().count() == 75
+    by_offset = {(m.partition, m.offset): m.value for m in night["originals"]}
+    stored = {(r.kafka_partition, r.kafka_offset): bytes(r.kafka_value)
+              for r in alerts.select("kafka_partition", "kafka_offset", "kafka_value").collect()}
+    assert stored == by_offset, "each alert keeps its original message, byte for byte"
+    _, schema_json = archived_schema(spark, tables["schemas"])
+    images = with_cutouts(alerts, json.loads(schema_json))
+    assert {"cutoutDifference", "cutoutScience", "cutoutTemplate"} <= set(images.columns)
+    assert images.where(F.length("cutoutScience") < 10_000).count() == 0, "real FITS images, decoded on read"
 
 
 def test_replay_to_a_new_topic_is_byte_identical_in_order_with_scaled_gaps(kafka_cfg, spark, night):

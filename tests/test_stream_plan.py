@@ -18,7 +18,7 @@ from pipelines.delivery_log import SummaryWriter
 from pipelines.filter_stream import run
 from pipelines.lane import LaneServices
 from pipelines.monitoring import StreamMonitor
-from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, build_plan
+from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, build_plan, probe_batch
 from pipelines.totals import StreamTotals
 from producers.command import ProduceOptions, produce
 from skyfilter.registry import open_registry, subject_for
@@ -89,6 +89,25 @@ def test_without_caps_the_delivery_query_has_no_shuffle(spark, planned):
     finally:
         lane.serves = lambda broker: True
     assert "Exchange" not in rows._jdf.queryExecution().executedPlan().toString()
+
+
+def test_later_batches_run_the_code_the_first_one_generated(spark, planned, tmp_path):
+    """A literal that changes every batch (its id) would make Spark generate and compile new code for the whole
+    alert projection on every batch, and the JIT start over on it: only the first batch may compile."""
+    path = tmp_path / "probe"
+    probe_batch(spark, planned["plan"].topic).write.parquet(str(path))  # not a local relation: no folding
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    counts = []
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # as in a streaming query
+    try:
+        for batch_id in (101, 102, 103):
+            before = compiled.getCount()
+            rows, _ = planned["lane"].outgoing(spark.read.parquet(str(path)), batch_id)
+            rows.write.format("noop").mode("overwrite").save()
+            counts.append(compiled.getCount() - before)
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
+    assert counts[1:] == [0, 0], f"classes compiled per batch: {counts}"
 
 
 def test_a_micro_batch_is_one_spark_job(kafka_cfg, spark, planned):

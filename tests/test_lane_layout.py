@@ -1,0 +1,93 @@
+"""Unit tests of how a stream job lays out its lanes: task slots per lane, the archive in a process of its
+own, and the status of a stream whose archive runs apart."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import ROOT
+from pipelines.archive_process import runs_apart
+from pipelines.filter_stream import archive_arguments, parse_args
+from pipelines.slots import Slots, check_realtime_slots, delivery_tasks, local_cores, plan_slots
+from skyfilter.config import Config
+from skyfilter.errors import SkyfilterError
+from skyfilter.status import status_file, stream_lines, stream_names
+
+BOTH = {"delivery", "archive"}
+
+
+@pytest.fixture()
+def cfg(tmp_path) -> Config:
+    cfg = Config.load(ROOT / "conf" / "local.yaml")
+    cfg.set("state_dir", str(tmp_path))
+    return cfg
+
+
+def test_local_cores_of_masters():
+    assert local_cores("local") == 1 and local_cores("local[4]") == 4 and local_cores("local[3,2]") == 3
+    assert local_cores("local[*]") == os.cpu_count()
+    assert local_cores("spark://127.0.0.1:7077") is None
+
+
+def test_delivery_keeps_its_cores_and_the_other_lanes_get_slots_of_their_own(cfg):
+    both = plan_slots(cfg, cores=2, realtime_partitions=0, micro_batches=True, archive=True)
+    assert both == Slots(delivery=2, realtime=0, archive=1, archive_log=1) and both.total == 4
+    assert delivery_tasks(cfg, 4, both) == 2, "local[2] raised to local[4]: delivery keeps both cores"
+    assert delivery_tasks(cfg, 2, both) == 1, "a cluster of 2 slots: delivery gets what the archive leaves"
+    realtime = plan_slots(cfg, cores=2, realtime_partitions=8, micro_batches=False, archive=False)
+    assert realtime == Slots(0, 8, 0, 0)
+    cfg.set("stream.tasks", 1)
+    assert plan_slots(cfg, 2, 0, True, False).delivery == 1
+
+
+def test_too_few_slots_for_real_time_mode_is_one_line_naming_the_need():
+    with pytest.raises(SkyfilterError, match=r"topic 'a' has 8, so this stream needs 11 task slots and Spark has 4"):
+        check_realtime_slots(4, Slots(delivery=2, realtime=8, archive=1, archive_log=1), "a")
+    check_realtime_slots(11, Slots(delivery=2, realtime=8, archive=1, archive_log=1), "a")
+
+
+def test_the_archive_runs_apart_only_for_a_long_running_job_of_both_lanes(cfg):
+    assert runs_apart(cfg, BOTH, available_now=False, master_is_local=True)
+    assert not runs_apart(cfg, BOTH, available_now=False, master_is_local=False), "auto: one JVM on a cluster"
+    assert not runs_apart(cfg, BOTH, available_now=True, master_is_local=True), "available-now drains in order"
+    assert not runs_apart(cfg, {"delivery"}, available_now=False, master_is_local=True)
+    cfg.set("archive.process", "same")
+    assert not runs_apart(cfg, BOTH, available_now=False, master_is_local=True)
+    cfg.set("archive.process", "separate")
+    assert runs_apart(cfg, BOTH, available_now=False, master_is_local=False)
+    cfg.set("archive.process", "apart")
+    with pytest.raises(SkyfilterError, match="archive.process is 'apart': use auto, same or separate"):
+        runs_apart(cfg, BOTH, available_now=False, master_is_local=True)
+
+
+def test_the_archive_process_gets_the_same_stream_and_settings_and_no_endpoint(cfg, tmp_path):
+    args = parse_args(["--topic", "t", "--trigger", "0", "--stop-when-idle", "30", "--set", "stream.tasks=1",
+                       "--state-dir", str(tmp_path)])
+    arguments = archive_arguments(args, cfg, "t", "night1")
+    child = parse_args(arguments)
+    assert (child.lane, child.topic, child.name, child.stop_when_idle) == ("archive", "t", "night1", None), \
+        "the parent stops it once delivery has stopped"
+    assert child.state_dir == str(tmp_path) and child.archive_trigger == str(cfg.get("archive.trigger"))
+    assert child.set == ["stream.tasks=1", "monitoring.port=null", "archive.process=same"]
+
+
+def test_status_shows_the_archive_lanes_of_a_process_of_their_own(cfg):
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    batch = {"batch_id": 4, "finished_at": 0, "alerts": 1000, "processing_s": 2.5, "input_rows_per_second": None,
+             "processed_rows_per_second": 400.0}
+    status_file(cfg, "s").write_text(json.dumps({
+        "pid": os.getpid(), "topic": "t", "started_at": 0, "master": "local[2]",
+        "lanes": {"delivery": {"trigger": "0s", "last_batch": {}},
+                  "archive": {"trigger": "10s (process 1)", "last_batch": {}}}}))
+    status_file(cfg, "s", archive_only=True).write_text(json.dumps({
+        "pid": os.getppid(), "topic": "t", "started_at": 0,
+        "lanes": {"archive": {"trigger": "10s", "last_batch": batch},
+                  "archive-log": {"trigger": "30s", "topic": "t.delivery-log", "last_batch": {}}}}))
+    assert stream_names(cfg) == ["s"]
+    screen = "\n".join(stream_lines(cfg, "s", None))
+    assert "stream 's': RUNNING" in screen
+    assert "archive   last batch 4" in screen and "1,000 alerts archived" in screen, screen
+    assert "archive-log no batch with alerts yet in this run, trigger 30s" in screen, screen
