@@ -40,6 +40,7 @@ def bench_spark(app: str, trigger: str = "0", partitions: int = 8):
     lane's own when it runs in this process (``archive.process``).  A running
     session with another master is stopped first (the driver JVM stays).
     """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from pipelines.archive_process import runs_apart
@@ -52,9 +53,9 @@ def bench_spark(app: str, trigger: str = "0", partitions: int = 8):
     archive_here = not runs_apart(cfg, {"delivery", "archive"}, False, True)
     slots = plan_slots(cfg, cores, partitions if trigger == "realtime" else 0, True, archive_here)
     master = f"local[{slots.total}]"
-    active = SparkSession.getActiveSession()
-    if active is not None and active.sparkContext.master != master:
-        active.stop()
+    context = SparkContext._active_spark_context  # not per thread, unlike the active session
+    if context is not None and context.master != master:
+        (SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()).stop()
     return get_spark(app, master=master)
 
 
