@@ -108,14 +108,17 @@ def session_for(cfg: Config, topic: str, name: str, triggers_: Triggers, lanes: 
     so delivery keeps its cores' worth of slots free (``pipelines/slots.py``)."""
     master = configured_master()
     cores = local_cores(master)
+    # An archive-only driver holds no delivery batches: it gets its own (smaller) heap.
+    conf = {"spark.driver.memory": str(cfg.get("archive.driver_memory"))} \
+        if lanes == {"archive"} and cfg.get("archive.driver_memory", None) else None
     if cores is None:
-        return get_spark(f"skyfilter-filter-stream-{name}")
+        return get_spark(f"skyfilter-filter-stream-{name}", conf=conf)
     need = lane_slots(cfg, topic, triggers_, lanes, cores).total
     if need > cores:
         print(f"task slots: Spark master {master} -> local[{need}] ({cores} for delivery, the rest for "
               f"Real-time Mode's long-lived tasks and the archive lane)", flush=True)
-        return get_spark(f"skyfilter-filter-stream-{name}", master=f"local[{need}]")
-    return get_spark(f"skyfilter-filter-stream-{name}")
+        return get_spark(f"skyfilter-filter-stream-{name}", master=f"local[{need}]", conf=conf)
+    return get_spark(f"skyfilter-filter-stream-{name}", conf=conf)
 
 
 def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
