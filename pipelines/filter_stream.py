@@ -27,9 +27,10 @@ from pipelines.kafka_watch import wait_until_reachable  # noqa: E402
 from pipelines.realtime import auto_trigger  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.slots import Slots, configured_master, local_cores, plan_slots  # noqa: E402
-from pipelines.stream_job import REALTIME, StreamJob, Triggers, duration  # noqa: E402
+from pipelines.stream_job import StreamJob  # noqa: E402
 from pipelines.stream_plan import build_plan, wait_for_schema  # noqa: E402
 from pipelines.totals import StreamTotals, summary_lines  # noqa: E402
+from pipelines.triggers import REALTIME, Triggers, duration  # noqa: E402
 from skyfilter.config import Config  # noqa: E402
 from skyfilter.kafka_clients import act_as  # noqa: E402
 from skyfilter.topics import topic_partitions  # noqa: E402

@@ -22,7 +22,6 @@ import re
 import signal
 import threading
 import time
-from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -42,46 +41,12 @@ from pipelines.reload import PlanReloader
 from pipelines.slots import Slots, check_realtime_slots, delivery_tasks
 from pipelines.stream_plan import StreamPlan
 from pipelines.totals import StreamTotals
+from pipelines.triggers import REALTIME, Triggers, trigger_keywords
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 from skyfilter.kafka_clients import spark_sink_options, spark_source_options
 from skyfilter.status import status_file
 from skyfilter.topics import ensure_topics, topic_partitions
-
-REALTIME = "realtime"
-
-
-@dataclass
-class Triggers:
-    """How each lane is triggered."""
-
-    delivery: str             # "0s", "5s"..., "realtime", or "availableNow"
-    archive: str              # "10s"..., or "availableNow"
-    realtime_interval: str    # Real-time Mode's checkpoint interval
-    archive_log: str = "30s"  # the archive lane's delivery-log query, or "availableNow"
-
-    @property
-    def available_now(self) -> bool:
-        return self.delivery == "availableNow"
-
-
-def trigger_keywords(label: str) -> dict:
-    """Keyword arguments of ``DataStreamWriter.trigger`` for a micro-batch trigger label."""
-    if label == "availableNow":
-        return {"availableNow": True}
-    return {"processingTime": duration(label)}
-
-
-def duration(text: str) -> str:
-    """'0', '500ms', '5s', '1m' -> Spark's '500 milliseconds' form; anything else is a one-line error."""
-    text = str(text).strip()
-    if text in ("0", "0s", "asap"):
-        return "0 seconds"
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|milliseconds?|seconds?|minutes?|hours?)?", text)
-    if not match:
-        raise SkyfilterError(f"'{text}' is not a duration like 500ms, 5s or 1m")
-    unit = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}.get(match[2] or "s", match[2])
-    return f"{match[1]} {unit if unit.endswith('s') else unit + 's'}"
 
 
 class StreamJob:
@@ -145,9 +110,12 @@ class StreamJob:
         """The archive lane runs in ``process``: its lag is measured here too, it is restarted if it dies, and it
         is stopped (and drains) after delivery stops."""
         self.archive_process = process
-        label = f"{self.triggers.archive} (process {process.pid})"
-        self.monitor.add_lane("archive", self.plan.lane_checkpoint("archive"), label)
-        self.monitor.add_lane("archive-log", self.plan.lane_checkpoint("archive-log"), self.triggers.archive_log,
+        self._watch_archive(f"{self.triggers.archive} (process {process.pid})", self.triggers.archive_log)
+
+    def _watch_archive(self, trigger: str, log_trigger: str) -> None:
+        """Measure the lag of the archive's two queries (the input topic, the delivery log)."""
+        self.monitor.add_lane("archive", self.plan.lane_checkpoint("archive"), trigger)
+        self.monitor.add_lane("archive-log", self.plan.lane_checkpoint("archive-log"), log_trigger,
                               self.plan.delivery_log_topic)
 
     def _start_delivery(self) -> None:
@@ -186,9 +154,7 @@ class StreamJob:
 
     def _start_archive(self, trigger: str, log_trigger: str) -> list[StreamingQuery]:
         """Start the archive lane's two queries: the input topic to ``alerts``, the delivery log to the rest."""
-        self.monitor.add_lane("archive", self.plan.lane_checkpoint("archive"), trigger)
-        self.monitor.add_lane("archive-log", self.plan.lane_checkpoint("archive-log"), log_trigger,
-                              self.plan.delivery_log_topic)
+        self._watch_archive(trigger, log_trigger)
         return [self._start_batches("archive", trigger), self._start_batches("archive-log", log_trigger)]
 
     def _lane_function(self, lane: str):
@@ -256,20 +222,16 @@ class StreamJob:
     # ----------------------------------------------------------------- run
     def run_available_now(self) -> None:
         """Process what the topic holds now: delivery first, then the archive of it all."""
-        for lane in ("delivery",):
-            query = self.queries.get(lane)
-            if query is not None:
-                self._await(lane, query)
+        if "delivery" in self.queries:
+            self._await("delivery", self.queries["delivery"])
         if self.archive is not None:
             self._drain_archive()
 
     def _drain_archive(self) -> None:
         """Archive what the topic and the delivery log hold now: the alerts first (their figures go to the
         log), then the log."""
-        self.monitor.add_lane("archive", self.plan.lane_checkpoint("archive"), "availableNow")
+        self._watch_archive("availableNow", "availableNow")
         self._await("archive", self._start_batches("archive", "availableNow"))
-        self.monitor.add_lane("archive-log", self.plan.lane_checkpoint("archive-log"), "availableNow",
-                              self.plan.delivery_log_topic)
         self._await("archive-log", self._start_batches("archive-log", "availableNow"))
 
     def _await(self, lane: str, query: StreamingQuery) -> None:
