@@ -19,7 +19,7 @@ setup(
     install_requires=[
         f"pyspark=={VERSIONS['SPARK_VERSION']}",
         f"delta-spark=={VERSIONS['DELTA_VERSION']}",
-        "confluent-kafka==2.16.1",
+        "confluent-kafka[avro]==2.16.1",  # with its schema registry client, AvroSerializer, AvroDeserializer
         "fastavro==1.13.1",
         "lsst-alert-packet==30.2026.2700",
         "matplotlib==3.11.2",

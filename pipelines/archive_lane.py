@@ -49,7 +49,7 @@ class ArchiveLane(Lane):
         self.trigger = trigger
         self.summaries = summaries
         self.app_id = f"skyfilter:{plan.name}:{LANE}"
-        self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema) \
+        self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema, plan.schema_id) \
             if plan.cfg.get("stream.nightly_topics.enabled", False) else None
         # original messages never repeat: Parquet's dictionary would only cost time to try
         self.spark.conf.set("parquet.enable.dictionary#kafka_value", "false")

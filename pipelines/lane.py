@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from pipelines.monitoring import StreamMonitor
@@ -45,3 +46,31 @@ class Lane:
         self.monitor = services.monitor
         self.totals = services.totals
         self.log = services.log
+
+    def warm_up_kafka(self, topics: list[str]) -> None:
+        """Load the Kafka producer's classes and fetch the metadata of ``topics`` before the first alert.
+
+        Spark creates a sink's producer on the first record it writes; the first
+        time in a JVM that costs a few hundred milliseconds, which the first visit
+        of a night would wait for.  A throwaway producer with the sink's settings
+        pays it here, without writing anything.
+        """
+        jvm = self.spark.sparkContext._jvm
+        settings = jvm.java.util.Properties()
+        for key, value in self.kafka_options.items():
+            if key.startswith("kafka."):
+                settings.setProperty(key[len("kafka."):], str(value))
+        serializer = "org.apache.kafka.common.serialization.ByteArraySerializer"
+        settings.setProperty("key.serializer", serializer)
+        settings.setProperty("value.serializer", serializer)
+        settings.setProperty("max.block.ms", "5000")  # a topic made later (a night's) is not waited for
+        producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(settings)
+        try:
+            for topic in topics:
+                try:
+                    producer.partitionsFor(topic)
+                except Py4JJavaError:
+                    pass  # best effort: the sink's own write says what is wrong with a topic
+        finally:
+            producer.close()
+

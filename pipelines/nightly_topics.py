@@ -25,10 +25,11 @@ def nightly_topic(topic: str, night: str) -> str:
 class NightlyTopics:
     """Writes a batch's accepted messages to their night's topic, creating it on first use."""
 
-    def __init__(self, cfg: Config, topic: str, schema: dict):
+    def __init__(self, cfg: Config, topic: str, schema: dict, schema_id: int | None = None):
         self.cfg = cfg
         self.topic = topic
         self.schema = schema
+        self.schema_id = schema_id
         self.retention_ms = str(int(float(cfg.get("stream.nightly_topics.retention_hours")) * 3_600_000))
         self.partitions = max(topic_partitions(cfg, topic), 1)
         self.ready: set[str] = set()
@@ -40,9 +41,9 @@ class NightlyTopics:
         if new:
             ensure_topics(self.cfg, dict.fromkeys(new, self.partitions),
                           {"retention.ms": self.retention_ms})
-            registry = open_registry(self.cfg)
+            registry = open_registry(self.cfg, output=True)
             for name in new:
-                registry.register(subject_for(name), self.schema, exclusive=True)
+                registry.register(subject_for(name), self.schema, exclusive=True, schema_id=self.schema_id)
             self.ready.update(new)
         accepted.select(F.concat(F.lit(self.topic + "."), "night").alias("topic"), F.col("kafka_key").alias("key"),
                         F.col("kafka_value").alias("value"), F.col("kafka_partition").alias("partition")) \

@@ -39,6 +39,7 @@ from skyfilter.wire import frame
 HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
                                          T.StructField("value", T.BinaryType())]))
 LOG_KIND_MATCH = "match"
+MATCHED_FIELD = "matched_filters"  # in a ``lite`` record: the broker's filters the alert matched
 BATCH_ID_COLUMN = "_batch_id"  # read by the delivery-log records of a batch
 
 
@@ -49,11 +50,19 @@ class Encoding:
     schema_json: str
     schema_id: int
     columns: tuple[tuple[str, str], ...]  # (field name, SQL expression over the alert's columns)
+    names_matches: bool = False  # a last field (MATCHED_FIELD) lists the broker's filters the alert matched
 
-    def value(self) -> Column:
-        """The Confluent-framed Avro value of one alert under this encoding."""
-        record = F.struct(*[F.expr(expression).alias(name) for name, expression in self.columns])
-        return F.concat(F.lit(bytearray(frame(self.schema_id, b""))), to_avro(record, self.schema_json))
+    def value(self, matched: Column | None = None) -> Column:
+        """The Confluent-framed Avro value of one alert under this encoding (``matched``: comma-joined names)."""
+        fields = [F.expr(expression).alias(name) for name, expression in self.columns]
+        if self.names_matches:
+            fields.append(filter_names(matched).alias(MATCHED_FIELD))
+        return F.concat(F.lit(bytearray(frame(self.schema_id, b""))), to_avro(F.struct(*fields), self.schema_json))
+
+
+def filter_names(matched: Column) -> Column:
+    """The comma-joined names of matched filters as a (never null) array of names."""
+    return F.coalesce(F.split(matched, ","), F.array().cast("array<string>"))
 
 
 def live_brokers(brokers: list[BrokerSpec]) -> list[tuple[int, BrokerSpec]]:
@@ -182,7 +191,8 @@ def kafka_row_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], d
     users = {name: [slot for slot, b in live if encodings.get(b.name) == encoding]
              for encoding, name in encoded.items()}
     with_values = with_columns({
-        name: F.when(any_of([F.col(kept(s)) for s in users[name]]), encoding.value())
+        name: F.when(any_of([F.col(kept(s)) for s in users[name]]),
+                     encoding.value(F.col(matched_filters(users[name][0]))))
         for encoding, name in encoded.items()})
     went_anywhere = any_of([F.col(kept(slot)) for slot, _ in live])
     rows = [_broker_message(slot, broker, values[slot]) for slot, broker in live]

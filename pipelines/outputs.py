@@ -6,8 +6,12 @@
 * ``lite``: a small flat record of the columns the broker's SQL filters
   select (``SELECT <columns> FROM alerts WHERE ...``); the union over the
   broker's filters, in filter order, or just ``alert_id`` when none selects
-  any.  Its Avro schema is derived from the columns' Spark types and
-  registered under the broker topic's subject.
+  any, then ``matched_filters``: the names of the broker's filters the alert
+  matched.  Its Avro schema is derived from the columns' Spark types.
+
+Every broker topic's schema is registered under its subject ``<topic>-value``
+in the output registry (``full`` too: the input schema, under the input's id),
+so a standard Confluent consumer decodes any of them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import re
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.outgoing import Encoding
+from pipelines.outgoing import MATCHED_FIELD, Encoding, filter_names
 from skyfilter.avro_schemas import schema_text, without_fields
 from skyfilter.brokers import BrokerSpec
 from skyfilter.config import Config
@@ -39,12 +43,16 @@ def lite_columns(broker: BrokerSpec, filters: list[FilterSpec]) -> tuple[tuple[s
             if columns.setdefault(name, expression) != expression:
                 raise SkyfilterError(f"broker '{broker.name}': filters select two different columns named '{name}' "
                                      f"({columns[name]} and {expression}); rename one with AS")
+    if MATCHED_FIELD in columns:
+        raise SkyfilterError(f"broker '{broker.name}': a filter selects a column named '{MATCHED_FIELD}', the "
+                             f"field where lite records list the filters they matched; rename it with AS")
     return tuple(columns.items()) or (("alert_id", "alert_id"),)
 
 
 def lite_schema(template: DataFrame, broker: BrokerSpec, columns: tuple[tuple[str, str], ...]) -> dict:
     """The Avro record of a ``lite`` broker, from the Spark types of its columns (what ``to_avro`` writes)."""
-    struct = template.select(F.struct(*[F.expr(e).alias(n) for n, e in columns]).alias("lite")).schema[0].dataType
+    fields = [F.expr(e).alias(n) for n, e in columns] + [filter_names(F.lit(None)).alias(MATCHED_FIELD)]
+    struct = template.select(F.struct(*fields).alias("lite")).schema[0].dataType
     jvm = template.sparkSession._jvm
     data_type = template.sparkSession._jsparkSession.parseDataType(struct.json())
     record = re.sub(r"[^A-Za-z0-9_]", "_", broker.name)
@@ -55,21 +63,28 @@ def lite_schema(template: DataFrame, broker: BrokerSpec, columns: tuple[tuple[st
 
 
 def prepare_outputs(cfg: Config, template: DataFrame, definition: dict, cutouts: list[str],
-                    brokers: list[BrokerSpec], filters: list[FilterSpec]) -> dict[str, Encoding]:
-    """Create the broker topics and register their schemas; the encoding of every non-``full`` broker."""
+                    brokers: list[BrokerSpec], filters: list[FilterSpec],
+                    schema_id: int | None = None) -> dict[str, Encoding]:
+    """Create the broker topics and register each one's schema under ``<topic>-value`` in the output registry.
+
+    A ``full`` topic resends the input messages, so its subject holds the input schema
+    (with the input's id ``schema_id`` where known); returns the encoding of every
+    non-``full`` broker.
+    """
     encodings: dict[str, Encoding] = {}
-    registry = open_registry(cfg) if any(b.format != "full" for b in brokers) else None
+    registry = open_registry(cfg, output=True) if brokers else None
     reduced = without_fields(definition, cutouts)
     for broker in brokers:
+        if broker.format == "full":
+            registry.register(subject_for(broker.topic), definition, schema_id=schema_id)
+            continue
         if broker.format == "nocutouts":
             columns = tuple((f["name"], f"`{f['name']}`") for f in reduced["fields"])
             schema = reduced
         elif broker.format == "lite":
             columns = lite_columns(broker, filters)
             schema = lite_schema(template, broker, columns)
-        else:
-            continue
-        schema_id = registry.register(subject_for(broker.topic), schema)
-        encodings[broker.name] = Encoding(schema_text(schema), schema_id, columns)
+        output_id = registry.register(subject_for(broker.topic), schema)
+        encodings[broker.name] = Encoding(schema_text(schema), output_id, columns, broker.format == "lite")
     ensure_topics(cfg, {b.topic: int(cfg.get("topics.broker_partitions")) for b in brokers})
     return encodings

@@ -112,13 +112,15 @@ class RealtimeLane(Lane):
                           self.plan.deadletter_topic, self.plan.delivery_log_topic, -1, LANE)
 
     def warm_up(self) -> None:
-        """Compile the query's code once, as a batch of one empty input row, before the long-lived tasks start.
+        """Run the query's code once on probe alerts, and load the Kafka producer, before the long-lived tasks start.
 
-        Spark caches generated code by its text, so the Real-time tasks find it compiled
-        instead of compiling it while the first visit waits.
+        Spark caches generated code by its text and the JVM compiles what ran often, so
+        the Real-time tasks find the decoding and filtering compiled, and the producer's
+        classes loaded, instead of the first visit waiting for them.
         """
-        probe = probe_batch(self.spark, self.plan.topic)
+        probe = probe_batch(self.spark, self.plan)
         self._rows(probe, observed=False).write.format("noop").mode("overwrite").save()
+        self.warm_up_kafka(self.plan.output_topics(self.brokers()))
 
     def start(self) -> StreamingQuery:
         """Start the query (resuming from its checkpoint)."""

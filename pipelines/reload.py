@@ -80,7 +80,7 @@ class PlanReloader:
                                                      previous)
         try:
             encodings = prepare_outputs(self.cfg, template, plan.schema, configured_cutouts(self.cfg, plan.schema),
-                                        brokers, filters)
+                                        brokers, filters, plan.schema_id)
         except SkyfilterError as exc:
             self.log(f"reload: {exc}; keeping the previous filters and brokers")
             return False

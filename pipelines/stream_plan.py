@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -20,13 +21,14 @@ from pipelines.outgoing import Encoding
 from pipelines.outputs import prepare_outputs
 from pipelines.tables import table_paths
 from skyfilter.alert_columns import AlertColumns, detect
-from skyfilter.avro_schemas import cutout_fields, schema_text, without_fields
+from skyfilter.avro_schemas import cutout_fields, filled_record, schema_text, schemaless_body, without_fields
 from skyfilter.brokers import BrokerSpec, load_brokers
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 from skyfilter.filter_loader import FilterProblem, FilterSpec, load_filters
 from skyfilter.registry import open_registry, subject_for
 from skyfilter.topics import ensure_topics
+from skyfilter.wire import frame
 
 KAFKA_SOURCE_SCHEMA = T.StructType([
     T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
@@ -35,12 +37,22 @@ KAFKA_SOURCE_SCHEMA = T.StructType([
     T.StructField("timestampType", T.IntegerType()),
 ])
 
+WARM_UP_ALERTS = 200  # enough for the JVM to compile the decoding and filtering it runs most
 
 
+def probe_batch(spark, plan: StreamPlan, alerts: int = WARM_UP_ALERTS) -> DataFrame:
+    """Input rows shaped like the Kafka source's, to run a lane's query once before alerts come.
 
-def probe_batch(spark, topic: str):
-    """One empty input row shaped like the Kafka source's, to compile a lane's query before alerts come."""
-    return spark.createDataFrame([(None, None, topic, 0, -1, None, 0)], KAFKA_SOURCE_SCHEMA)
+    One empty row (the path of a message that cannot be decoded) and ``alerts`` copies of an
+    alert of the topic's schema with every field filled in, so that the code the first visit
+    needs is generated, loaded and compiled by the JVM beforehand.
+    """
+    rows = [(None, None, plan.topic, 0, -1, None, 0)]
+    if alerts:
+        value = frame(plan.schema_id, schemaless_body(plan.schema, filled_record(plan.schema)))
+        now = datetime.now(UTC)
+        rows += [(None, value, plan.topic, 0, -2 - i, now, 0) for i in range(alerts)]
+    return spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
 
 
 LANES = ("delivery", "realtime", "archive")
@@ -75,6 +87,10 @@ class StreamPlan:
     def delivery_log_topic(self) -> str:
         """The delivery lane's log of what it sent (matches and per-batch summaries), read by the archive lane."""
         return delivery_log_topic(self.topic, self.name)
+
+    def output_topics(self, brokers: list[BrokerSpec]) -> list[str]:
+        """The topics a delivery lane serving ``brokers`` writes to: theirs, the dead letters, the delivery log."""
+        return [b.topic for b in brokers] + [self.deadletter_topic, self.delivery_log_topic]
 
     @property
     def schema_json(self) -> str:
@@ -187,7 +203,7 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
     offset = float(cfg.get("stream.night_offset_hours"))
     enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
     cutouts = configured_cutouts(cfg, definition)
-    encodings = prepare_outputs(cfg, template, definition, cutouts, brokers, enabled)
+    encodings = prepare_outputs(cfg, template, definition, cutouts, brokers, enabled, schema_id)
     ensure_topics(cfg, {f"{topic}.deadletter": int(cfg.get("topics.broker_partitions")),
                         delivery_log_topic(topic, name): int(cfg.get("topics.broker_partitions"))})
     return StreamPlan(

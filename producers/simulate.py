@@ -18,6 +18,7 @@ import numpy as np
 
 from producers.cutouts import alert_stamps
 from skyfilter.alert_columns import MJD_UNIX_EPOCH
+from skyfilter.avro_schemas import blank_value
 
 BANDS = ("u", "g", "r", "i", "z", "y")
 BAND_WEIGHTS = (0.07, 0.1, 0.22, 0.22, 0.2, 0.19)
@@ -29,27 +30,6 @@ NIGHT_START_UTC = dt.time(23, 30)  # evening twilight at Cerro Pachon, in UTC
 
 def mag_to_njy(mag: float) -> float:
     return 10 ** ((NJY_ZERO_POINT - mag) / 2.5)
-
-
-def blank(schema_type):
-    """A value valid for an Avro type: null for nullable fields, zero-like otherwise."""
-    if isinstance(schema_type, list):
-        return None if "null" in schema_type else blank(schema_type[0])
-    if isinstance(schema_type, dict):
-        kind = schema_type["type"]
-        if kind == "record":
-            return {f["name"]: blank(f["type"]) for f in schema_type["fields"]}
-        if kind == "array":
-            return []
-        if kind == "map":
-            return {}
-        if kind == "enum":
-            return schema_type["symbols"][0]
-        if kind == "fixed":
-            return b"\0" * schema_type["size"]
-        return blank(kind)
-    return {"null": None, "boolean": False, "int": 0, "long": 0, "float": 0.0, "double": 0.0,
-            "string": "", "bytes": b""}[schema_type]
 
 
 def record_type(field_type) -> dict:
@@ -93,9 +73,9 @@ class AlertSimulator:
         self.stamp_size = stamp_size
         self.interval_s = interval_s
         fields = {f["name"]: f["type"] for f in schema["fields"]}
-        self.alert_template = blank(schema)
-        self.source_template = blank(record_type(fields["diaSource"]))
-        self.object_template = blank(record_type(fields["diaObject"])) if "diaObject" in fields else None
+        self.alert_template = blank_value(schema)
+        self.source_template = blank_value(record_type(fields["diaSource"]))
+        self.object_template = blank_value(record_type(fields["diaObject"])) if "diaObject" in fields else None
         start = dt.datetime.combine(self.night, NIGHT_START_UTC, tzinfo=dt.UTC)
         self.start_mjd = start.timestamp() / 86400.0 + MJD_UNIX_EPOCH
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import fastavro
-from fastavro.schema import parse_schema, to_parsing_canonical_form
+from fastavro.schema import expand_schema, parse_schema, to_parsing_canonical_form
 
 from skyfilter.errors import SkyfilterError
 
@@ -55,6 +55,50 @@ def rubin_schema(version: str) -> dict:
     if not files:
         raise SkyfilterError(f"lsst-alert-packet has no alert schema in {folder}")
     return clean_schema(fastavro.schema.load_schema(str(files[0])))
+
+
+PRIMITIVE_BLANKS = {"null": None, "boolean": False, "int": 0, "long": 0, "float": 0.0, "double": 0.0,
+                    "string": "", "bytes": b""}
+
+
+def blank_value(schema_type, filled: bool = False):
+    """A value valid for an Avro type (named types written out in full), zero-like.
+
+    Nullable fields are null, and arrays and maps empty, unless ``filled``: then every
+    field holds a value and every array one item, so that decoding the record touches
+    every field of the schema (what a warm-up needs).
+    """
+    if isinstance(schema_type, list):
+        present = [t for t in schema_type if t != "null"]
+        if "null" in schema_type and (not filled or not present):
+            return None
+        return blank_value(present[0] if present else schema_type[0], filled)
+    if isinstance(schema_type, dict):
+        kind = schema_type["type"]
+        if kind == "record":
+            return {f["name"]: blank_value(f["type"], filled) for f in schema_type["fields"]}
+        if kind == "array":
+            return [blank_value(schema_type["items"], filled)] if filled else []
+        if kind == "map":
+            return {"key": blank_value(schema_type["values"], filled)} if filled else {}
+        if kind == "enum":
+            return schema_type["symbols"][0]
+        if kind == "fixed":
+            return b"\0" * schema_type["size"]
+        return blank_value(kind, filled)
+    return PRIMITIVE_BLANKS[schema_type]
+
+
+def filled_record(definition: dict) -> dict:
+    """A record of the schema with every field present and every array one item long."""
+    return blank_value(expand_schema(clean_schema(definition)), filled=True)
+
+
+def schemaless_body(definition: dict, record: dict) -> bytes:
+    """The Avro binary encoding of one record (no container, no wire-format header)."""
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, parse_schema(clean_schema(definition), _write_hint=False), record)
+    return buffer.getvalue()
 
 
 def cutout_fields(definition: dict) -> list[str]:

@@ -67,6 +67,38 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--name", help="only this stream (default: every stream under the state dir)")
     _common(status, "the state dir to look in")
 
+    registry = commands.add_parser(
+        "registry", help="serve the embedded schema registry to standard clients, or list what it holds",
+        description="The embedded schema registry lives in a compacted Kafka topic (schema_registry.topic).  "
+                    "`serve` answers Confluent's Schema Registry REST API over it, so confluent-kafka's "
+                    "SchemaRegistryClient, AvroSerializer and AvroDeserializer (and every client built on "
+                    "them) decode skyfilter's topics: point them at http://HOST:PORT.  `list` prints every "
+                    "subject with its versions and schema ids.")
+    registry.add_argument("action", choices=["serve", "list"])
+    registry.add_argument("--host", help="serve: address to listen on (default: schema_registry.serve.host)")
+    registry.add_argument("--port", type=int, help="serve: port (default: schema_registry.serve.port)")
+    _common(registry)
+
+    consume = commands.add_parser(
+        "consume", help="read a topic decoded through the registry: print JSON lines or write Avro/JSON files",
+        description="Read a broker topic (or any topic skyfilter writes) as a community broker would: each "
+                    "message decoded with the schema its id names in the output registry, printed as one JSON "
+                    "line (position, schema id, headers, alert; bytes fields as their length) or written to "
+                    "--output-dir as one Avro container file (with its schema) or JSON file per message.  "
+                    "Stops after --max-messages or when nothing came for --idle seconds; a summary goes to "
+                    "stderr.")
+    consume.add_argument("topic", help="topic to read, e.g. filtered.summaries")
+    consume.add_argument("--group", help="consumer group: resume from its committed position and commit "
+                                         "(default: a throwaway group, nothing committed)")
+    consume.add_argument("--from-beginning", action="store_true", help="start from the earliest message")
+    consume.add_argument("--max-messages", type=int, help="stop after this many messages")
+    consume.add_argument("--idle", type=float, default=10.0, help="stop after this many seconds without a "
+                                                                  "message (default 10)")
+    consume.add_argument("--output-dir", type=Path, help="write one file per message here instead of printing")
+    consume.add_argument("--format", choices=["json", "avro"], default="json", dest="output_format",
+                         help="file format with --output-dir (default json)")
+    _common(consume)
+
     produce = commands.add_parser(
         "produce", help="simulate visits of Rubin alerts, or replay Avro files, into Kafka",
         description="Simulate a night of Rubin alerts (real FITS cutouts, histories) on a visit cadence, "
@@ -289,6 +321,44 @@ def cmd_spark(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_consume(args: argparse.Namespace) -> int:
+    from skyfilter.consume import ConsumeOptions, consume
+
+    options = ConsumeOptions(topic=args.topic, group=args.group, from_beginning=args.from_beginning,
+                             max_messages=args.max_messages, idle_s=args.idle, output_dir=args.output_dir,
+                             output_format=args.output_format)
+    report = consume(load_config(args), options, out=lambda line: print(line, flush=True))
+    print(report.summary(), file=sys.stderr)
+    return 0
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    from skyfilter.registry_server import RegistryServer
+    from skyfilter.registry_topic import KafkaTopicRegistry
+
+    cfg = load_config(args)
+    if args.action == "list":
+        registry = KafkaTopicRegistry(cfg)
+        subjects = registry.subjects()
+        for subject in subjects:
+            ids = registry.versions(subject)
+            print(f"{subject}: {len(ids)} version(s), schema ids {', '.join(map(str, ids))}; compatibility "
+                  f"{registry.compatibility(subject)}")
+        print(f"{len(subjects)} subject(s) in topic '{registry.topic}' at {cfg.bootstrap_servers}")
+        return 0
+    server = RegistryServer(cfg, args.host, args.port)
+    print(f"schema registry serving {server.url} (Confluent REST API) from topic '{server.registry.topic}' at "
+          f"{cfg.bootstrap_servers}; Ctrl-C stops it", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    print("schema registry stopped")
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from skyfilter.status import status_screen
 
@@ -315,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `skyfilter` console script."""
     args = build_parser().parse_args(argv)
     handler = {"kafka": cmd_kafka, "produce": cmd_produce, "filters": cmd_filters, "demo": cmd_demo,
-               "bench": cmd_bench, "spark": cmd_spark, "status": cmd_status}[args.command]
+               "bench": cmd_bench, "spark": cmd_spark, "status": cmd_status,
+               "registry": cmd_registry, "consume": cmd_consume}[args.command]
     try:
         return handler(args)
     except SkyfilterError as exc:

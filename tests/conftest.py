@@ -7,10 +7,15 @@ import io
 import json
 import os
 import re
+import time
+import uuid
 from pathlib import Path
 
 import fastavro
 import pytest
+from confluent_kafka import DeserializingConsumer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
 
 from skyfilter.config import Config
 from skyfilter.kafka_local import LocalKafka, free_port_pair
@@ -41,6 +46,16 @@ def kafka_cfg(tmp_path_factory) -> Config:
     cfg.set("kafka.bootstrap_servers", cluster.start())
     yield cfg
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def registry_url(kafka_cfg) -> str:
+    """The embedded registry served over Confluent's REST API (what `skyfilter registry serve` runs)."""
+    from skyfilter.registry_server import RegistryServer
+
+    server = RegistryServer(kafka_cfg, port=0).start()
+    yield server.url
+    server.stop()
 
 
 FAULT_COLUMNS = [("fault", "fault"), ("produced", "alerts produced"), ("archived", "archived (distinct)"),
@@ -159,3 +174,22 @@ def kafka_status_ports(output: str) -> dict[int, tuple[int, int]]:
     """Node id -> (client port, controller port) as `skyfilter kafka status` prints them."""
     found = re.findall(r"^node (\d+): running \(pid \d+\), client port (\d+), controller port (\d+)", output, re.M)
     return {int(node): (int(client), int(controller)) for node, client, controller in found}
+
+
+def consume_avro(kafka_cfg, registry_url: str, topic: str, count: int, timeout_s: float = 30.0) -> list:
+    """``count`` values of a topic decoded by confluent-kafka's AvroDeserializer (what community brokers run)."""
+    consumer = DeserializingConsumer({
+        "bootstrap.servers": kafka_cfg.bootstrap_servers, "group.id": f"test-{uuid.uuid4()}",
+        "auto.offset.reset": "earliest",
+        "value.deserializer": AvroDeserializer(SchemaRegistryClient({"url": registry_url}))})
+    consumer.subscribe([topic])
+    values, deadline = [], time.time() + timeout_s
+    try:
+        while len(values) < count and time.time() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+

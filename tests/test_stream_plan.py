@@ -95,7 +95,7 @@ def test_later_batches_run_the_code_the_first_one_generated(spark, planned, tmp_
     """A literal that changes every batch (its id) would make Spark generate and compile new code for the whole
     alert projection on every batch, and the JIT start over on it: only the first batch may compile."""
     path = tmp_path / "probe"
-    probe_batch(spark, planned["plan"].topic).write.parquet(str(path))  # not a local relation: no folding
+    probe_batch(spark, planned["plan"]).write.parquet(str(path))  # not a local relation: no folding
     compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
     counts = []
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # as in a streaming query

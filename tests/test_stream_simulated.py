@@ -9,16 +9,27 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 import fastavro
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
-from conftest import NEGATIVE_PY, check_topic, decode_messages, expected_deliveries, stream_args, write_files
+from conftest import (
+    NEGATIVE_PY,
+    check_topic,
+    consume_avro,
+    decode_messages,
+    expected_deliveries,
+    stream_args,
+    write_files,
+)
 from pipelines.filter_stream import run
 from producers.command import ProduceOptions, produce
 from skyfilter.avro_schemas import cutout_fields, rubin_schema
+from skyfilter.consume import ConsumeOptions, consume
 from skyfilter.delivery import read_topic
 from skyfilter.registry import open_registry
 from skyfilter.wire import frame, unframe
@@ -58,6 +69,9 @@ brokers:
     topic: sim.pair
   sim_broken:
     filters: [broken_syntax, typo, typo_py, bright]
+  sim_lite:
+    filters: [bright_lite]
+    format: lite
 """
 
 PREDICATES = {
@@ -78,6 +92,8 @@ def sim(kafka_cfg, spark, tmp_path_factory):
         "broken_syntax.sql": "diaSource.snr >\n  AND (",
         "typo.sql": "diaSource.snr > 5\nAND diaSource.relability > 0.5",
         "typo_py.py": TYPO_PY,
+        "bright_lite.sql": "SELECT alert_id, diaSource.snr, diaSource.band FROM alerts\n"
+                           "WHERE diaSource.snr > 30 AND diaSource.reliability > 0.5",
     })
     (folder / "brokers.yaml").write_text(BROKERS)
     report = produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=60, interval_s=0.0,
@@ -130,6 +146,59 @@ def test_nocutouts_topic_has_its_own_schema_and_the_same_fields(sim):
             assert original.pop(cutout)
         assert decoded == original
         assert len(message.value) < len(sim["by_id"][message.headers["alert_id"]].value) / 5
+
+
+def test_every_broker_topic_decodes_with_the_confluent_avro_deserializer(sim, registry_url):
+    """What a community broker runs: SchemaRegistryClient + AvroDeserializer on the served embedded registry."""
+    for topic in ("filtered.sim_full", "filtered.sim_nocut", "sim.pair", "filtered.sim_lite"):
+        messages = read_topic(sim["cfg"], topic)
+        decoded = consume_avro(sim["cfg"], registry_url, topic, len(messages))
+        assert len(decoded) == len(messages) > 0, topic
+        ids = sorted(str(alert["diaSourceId"] if "diaSourceId" in alert else alert["alert_id"]) for alert in decoded)
+        assert ids == sorted(m.headers["alert_id"] for m in messages), topic
+        for alert in decoded:
+            original = sim["records"][str(alert.get("diaSourceId", alert.get("alert_id")))]
+            if topic == "filtered.sim_lite":
+                assert alert == {"alert_id": str(original["diaSourceId"]), "snr": original["diaSource"]["snr"],
+                                 "band": original["diaSource"]["band"], "matched_filters": ["bright_lite"]}
+            else:
+                assert alert["diaSource"]["snr"] == original["diaSource"]["snr"]
+                assert ("cutoutDifference" in alert) == (topic != "filtered.sim_nocut")
+
+
+def test_skyfilter_consume_prints_writes_and_reports_what_it_cannot_decode(sim, tmp_path):
+    lines: list[str] = []
+    report = consume(sim["cfg"], ConsumeOptions("filtered.sim_lite", from_beginning=True, idle_s=3), lines.append)
+    delivered = read_topic(sim["cfg"], "filtered.sim_lite")
+    assert report.messages == len(lines) == len(delivered) and report.undecodable == 0
+    printed = [json.loads(line) for line in lines]
+    assert sorted(p["alert"]["alert_id"] for p in printed) == sorted(m.headers["alert_id"] for m in delivered)
+    assert all(p["alert"]["matched_filters"] == ["bright_lite"] for p in printed)
+
+    files = tmp_path / "nocut"
+    options = ConsumeOptions("filtered.sim_nocut", from_beginning=True, idle_s=3, output_dir=files,
+                             output_format="avro")
+    report = consume(sim["cfg"], options, lines.append)
+    assert report.written == report.messages == len(read_topic(sim["cfg"], "filtered.sim_nocut"))
+    for path in files.glob("*.avro"):
+        with open(path, "rb") as handle:
+            [alert] = list(fastavro.reader(handle))
+        assert alert["diaSource"] == sim["records"][str(alert["diaSourceId"])]["diaSource"]
+
+    letters: list[str] = []
+    report = consume(sim["cfg"], ConsumeOptions(f"{TOPIC}.deadletter", from_beginning=True, idle_s=3),
+                     letters.append)
+    assert report.undecodable == report.messages == 2
+    for letter in map(json.loads, letters):  # the original bytes, the stream's reason, and why it cannot decode
+        assert letter["headers"]["reason"] and letter["error"] and letter["value_base64"]
+
+    command = subprocess.run([sys.executable, "-m", "skyfilter.cli", "consume", "filtered.sim_lite",
+                              "--from-beginning", "--max-messages", "2", "--set",
+                              f"kafka.bootstrap_servers={sim['cfg'].bootstrap_servers}", "--set",
+                              f"state_dir={sim['cfg'].state_dir}"], capture_output=True, text=True, timeout=120)
+    assert command.returncode == 0, command.stderr
+    assert len(command.stdout.splitlines()) == 2
+    assert command.stderr.strip().endswith("consumed 2 message(s) from 'filtered.sim_lite'")
 
 
 def test_sql_and_python_filters_with_the_same_cut_select_the_same_alerts(sim):

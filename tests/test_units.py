@@ -17,7 +17,16 @@ from conftest import DATA, ROOT, write_files
 from pipelines.filter_eval import as_verdict
 from producers.simulate import AlertSimulator
 from skyfilter.alert_columns import detect
-from skyfilter.avro_schemas import cutout_fields, fingerprint, read_container, rubin_schema, without_fields
+from skyfilter.avro_schemas import (
+    blank_value,
+    cutout_fields,
+    filled_record,
+    fingerprint,
+    read_container,
+    rubin_schema,
+    schemaless_body,
+    without_fields,
+)
 from skyfilter.brokers import load_brokers
 from skyfilter.config import Config, parse_overrides
 from skyfilter.errors import SkyfilterError
@@ -124,6 +133,19 @@ def test_schema_families_and_nocutouts():
     assert detect(ztf_schema).family == "ztf"
     with pytest.raises(SkyfilterError, match="not a known alert family"):
         detect({"type": "record", "name": "x", "fields": [{"name": "a", "type": "int"}]})
+
+
+def test_filled_record_touches_every_field_of_rubin_and_ztf_schemas():
+    """The warm-up alert: every nullable field present, every array one item long, and a valid encoding."""
+    ztf_schema, _ = read_container(next((DATA / "ztf-3.3").glob("*.avro")))
+    for schema in (rubin_schema("10.0"), ztf_schema):
+        body = schemaless_body(schema, filled_record(schema))
+        decoded = fastavro.schemaless_reader(io.BytesIO(body), fastavro.parse_schema(schema))
+        assert schemaless_body(schema, decoded) == body  # (decoded has logical types: compare encodings)
+    rubin = filled_record(rubin_schema("10.0"))
+    assert rubin["diaObject"] is not None and len(rubin["prvDiaSources"]) == 1
+    assert rubin["prvDiaSources"][0].keys() == rubin["diaSource"].keys()
+    assert blank_value(rubin_schema("10.0"))["diaObject"] is None  # not filled: nullable fields stay null
 
 
 def test_container_records_keep_their_exact_bytes():
