@@ -28,8 +28,9 @@ def cached_visits(cache_dir: Path, schema: dict, visits: int, alerts_per_visit: 
 
     from producers.sources import SimulatedSource
 
+    version = schema.get("namespace", schema["name"].rsplit(".", 1)[0]).removeprefix("lsst.")  # e.g. v10_0
     path = cache_dir / (f"visits_{visits}x{alerts_per_visit}_{'stamps' if stamps else 'nostamps'}_seed{seed}"
-                        f"{'' if night == NIGHT else '_' + night}.bin")
+                        f"{'' if night == NIGHT else '_' + night}{'' if version == 'v10_0' else '_' + version}.bin")
     if path.exists():
         return path
     cache_dir.mkdir(parents=True, exist_ok=True)

@@ -88,9 +88,8 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from tqdm import tqdm
 
     from bench.alert_cache import cached_visits
-    from bench.harness import bench_kafka, kafka_pid
+    from bench.harness import bench_kafka, bench_schema, kafka_pid
     from bench.report import write_results
-    from skyfilter.avro_schemas import rubin_schema
     from skyfilter.memory import RssSampler
 
     producer_counts = [int(v) for v in args.producers.split(",")]
@@ -98,7 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     modes = [m.strip() == "on" for m in args.stamp_modes.split(",")]
     rows = []
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
-        schema = rubin_schema(str(cfg.get("simulation.schema_version")))
+        schema = bench_schema(cfg)
         cells = [(s, p, n) for s in modes for p in producer_counts for n in partition_counts]
         with RssSampler({"kafka": kafka_pid(cluster)}) as memory:
             for stamps, producers, partitions in tqdm(cells, desc="grid cells", disable=args.quiet):

@@ -59,6 +59,14 @@ def bench_spark(app: str, trigger: str = "0", partitions: int = 8):
     return get_spark(app, master=master)
 
 
+def bench_schema(cfg) -> dict:
+    """The Rubin schema of the benchmarks' simulated alerts: ``bench.schema_version`` (set by bench_kafka; every
+    published figure used 10.0, so comparisons across rounds stay on the same alerts)."""
+    from skyfilter.avro_schemas import rubin_schema
+
+    return rubin_schema(str(cfg.get("simulation.schema_version")))
+
+
 def runs_table(args: argparse.Namespace) -> Path:
     """Where this run is recorded: ``--runs-table`` or ``<state-dir>/bench_runs``."""
     return args.runs_table or args.state_dir / "bench_runs"
@@ -111,6 +119,7 @@ def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g") -> Ite
         raise SkyfilterError(f"--state-dir {state_dir} is the project's own state folder; benchmarks clear "
                              f"their state folder between runs, so give them another one")
     cfg.set("state_dir", str(state_dir))
+    cfg.set("simulation.schema_version", str(cfg.get("bench.schema_version", "10.0")))  # see bench_schema
     LocalKafka(cfg).stop()
     for log in (state_dir / "run").glob("*.error.log"):
         (state_dir / "errors").mkdir(exist_ok=True)

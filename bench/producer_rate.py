@@ -84,17 +84,16 @@ class CycledFileSource(AlertSource):
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.alert_cache import CachedSource, cached_visits
-    from bench.harness import bench_kafka, kafka_pid
+    from bench.harness import bench_kafka, bench_schema, kafka_pid
     from bench.report import write_results
     from producers.command import send_source
     from producers.sources import SimulatedSource
-    from skyfilter.avro_schemas import rubin_schema
     from skyfilter.memory import RssSampler, own_rss_mb
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     rows = []
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
-        schema = rubin_schema(str(cfg.get("simulation.schema_version")))
+        schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
         real_files = [args.real]
         runs = [("simulated", "fresh: simulate + serialize + send", schema,

@@ -50,19 +50,18 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.consumers import run_consumers
     from bench.filter_scaling import measure, measure_archive
     from bench.filter_sets import write_filter_set
-    from bench.harness import bench_kafka, driver_and_kafka
+    from bench.harness import bench_kafka, bench_schema, driver_and_kafka
     from bench.report import write_results
     from pipelines.filter_stream import parse_args as stream_args
     from pipelines.filter_stream import run as run_stream
     from pipelines.session import get_spark
     from producers.command import send_source
-    from skyfilter.avro_schemas import rubin_schema
     from skyfilter.topics import topic_partitions
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     topic = f"bench.side.{run_id}"
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
-        schema = rubin_schema(str(cfg.get("simulation.schema_version")))
+        schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
         report = send_source(cfg, topic, CachedSource(cached), schema, 0.0, 2, not args.quiet, lambda line: None)
         partitions = list(range(topic_partitions(cfg, topic)))

@@ -49,14 +49,14 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from pyspark.sql.avro.functions import from_avro
 
     from bench.alert_cache import CachedSource, cached_visits
-    from bench.harness import bench_kafka, driver_and_kafka
+    from bench.harness import bench_kafka, bench_schema, driver_and_kafka
     from bench.report import write_results
     from pipelines.caps import VisitCaps
     from pipelines.delivery_program import DeliveryProgram, evaluate
     from pipelines.session import get_spark
     from pipelines.stream_plan import build_plan, reader_schema_json
     from producers.command import send_source
-    from skyfilter.avro_schemas import cutout_fields, rubin_schema
+    from skyfilter.avro_schemas import cutout_fields
     from skyfilter.kafka_clients import spark_sink_options, spark_source_options
     from skyfilter.registry import open_registry, subject_for
     from skyfilter.topics import ensure_topics
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     run_id = time.strftime("%Y%m%d%H%M%S")
     topic = f"bench.stages.{run_id}"
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
-        schema = rubin_schema(str(cfg.get("simulation.schema_version")))
+        schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
         report = send_source(cfg, topic, CachedSource(cached), schema, 0.0, 2, not args.quiet, lambda line: None)
         spark = get_spark("skyfilter-bench-stages")

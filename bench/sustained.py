@@ -123,13 +123,12 @@ def _delivered(spark, matches, visits) -> list[tuple[float, int]]:
 
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
-    from bench.harness import bench_kafka, bench_spark, driver_and_kafka
+    from bench.harness import bench_kafka, bench_schema, bench_spark, driver_and_kafka
     from bench.report import write_results
-    from skyfilter.avro_schemas import rubin_schema
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
-        schema = rubin_schema(str(cfg.get("simulation.schema_version")))
+        schema = bench_schema(cfg)
         spark = bench_spark("skyfilter-bench-sustained", args.trigger, int(cfg.get("topics.alerts_partitions")))
         with driver_and_kafka(spark, cluster, 1.0) as memory:
             runs = [night(cfg, spark, args, schema, args.alerts_per_visit, args.minutes, "main", run_id, memory)]

@@ -163,14 +163,13 @@ def _visit_archived(archive: list[dict], alerts: int) -> float | None:
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.alert_cache import cached_visits
-    from bench.harness import bench_kafka, bench_spark, driver_and_kafka
+    from bench.harness import bench_kafka, bench_schema, bench_spark, driver_and_kafka
     from bench.report import write_results
-    from skyfilter.avro_schemas import rubin_schema
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     plan = parse_runs(args.runs)
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
-        schema = rubin_schema(str(cfg.get("simulation.schema_version")))
+        schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
         partitions = int(cfg.get("topics.alerts_partitions"))
         spark = bench_spark("skyfilter-bench-visit-burst", plan[0][0], partitions)

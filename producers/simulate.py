@@ -111,7 +111,7 @@ class AlertSimulator:
                               reliability, is_negative, rng)
         history = self._history(rng, object_id, ra, dec, flux, flux_err, visit)
         alert = fill(self.alert_template, {
-            "diaSourceId": source_id,
+            "diaSourceId": source_id, "alertId": source_id,  # (alertId: schemas before 8.0)
             "diaSource": source,
             "prvDiaSources": history,
             "diaObject": self._object(object_id, ra, dec, history + [source]),
@@ -139,6 +139,8 @@ class AlertSimulator:
             "band": band, "reliability": reliability, "isNegative": is_negative,
             "extendedness": float(rng.uniform()), "timeProcessedMjdTai": mjd + 60 / 86400.0,
             "psfNdata": 400, "bboxSize": 25,
+            # the names of schemas before 8.0 (before 5.0 for the last three)
+            "ccdVisitId": visit.visit_id, "midPointTai": mjd, "psFlux": float(flux), "filterName": band,
         })
 
     def _history(self, rng, object_id, ra, dec, flux, flux_err, visit) -> list[dict]:
@@ -159,9 +161,9 @@ class AlertSimulator:
         if self.object_template is None:
             return None
         values = {"diaObjectId": object_id, "ra": ra, "dec": dec, "nDiaSources": len(sources),
-                  "validityStartMjdTai": sources[-1]["midpointMjdTai"]}
+                  "validityStartMjdTai": sources[-1].get("midpointMjdTai")}
         for band in BANDS:
-            fluxes = [s["psfFlux"] for s in sources if s["band"] == band]
+            fluxes = [s.get("psfFlux", s.get("psFlux")) for s in sources if s.get("band", s.get("filterName")) == band]
             if fluxes:
                 values[f"{band}_psfFluxMean"] = float(np.mean(fluxes))
                 values[f"{band}_psfFluxNdata"] = len(fluxes)

@@ -44,7 +44,7 @@ class SimulatedSource(AlertSource):
             buffer.seek(0)
             buffer.truncate()
             fastavro.schemaless_writer(buffer, self._parsed, alert)
-            yield str(alert["diaSourceId"]).encode(), frame(self.schema_id, buffer.getvalue())
+            yield str(alert["diaSource"]["diaSourceId"]).encode(), frame(self.schema_id, buffer.getvalue())
 
 
 class FileSource(AlertSource):

@@ -27,11 +27,16 @@ class AlertColumns:
     visit_id: str
 
 
-# (family, alert id field, time in MJD, visit id) - the first whose fields all exist wins.
+# (family, alert id field, time in MJD, visit id) - the first whose fields all exist wins.  Rubin's first
+# row is schema 8.0 onwards (lsst-alert-packet's versions 3.0-11.1 are all recognised).
 KNOWN_FAMILIES = [
     ("rubin", "diaSourceId", "diaSource.midpointMjdTai", "diaSource.visit",
      ["diaSourceId", "diaSource.midpointMjdTai", "diaSource.visit"]),
-    ("rubin-v6", "alertId", "diaSource.midPointTai", "diaSource.ccdVisitId",
+    ("rubin-v7", "alertId", "diaSource.midpointMjdTai", "diaSource.visit",  # 7.0-7.4
+     ["alertId", "diaSource.midpointMjdTai", "diaSource.visit"]),
+    ("rubin-v5", "alertId", "diaSource.midpointMjdTai", "diaSource.ccdVisitId",  # 5.0-6.1
+     ["alertId", "diaSource.midpointMjdTai", "diaSource.ccdVisitId"]),
+    ("rubin-v3", "alertId", "diaSource.midPointTai", "diaSource.ccdVisitId",  # 3.0-4.0
      ["alertId", "diaSource.midPointTai", "diaSource.ccdVisitId"]),
     # ZTF has no visit id in the alert: every alert of an exposure shares its start time.
     ("ztf", "candid", "candidate.jd - 2400000.5",

@@ -42,10 +42,24 @@ def fingerprint(definition: dict | str) -> str:
     return hashlib.sha256(to_parsing_canonical_form(parsed).encode()).hexdigest()
 
 
+def rubin_versions() -> list[str]:
+    """Every Rubin alert schema version lsst-alert-packet ships (``MAJOR.MINOR``), oldest first."""
+    from lsst.alert.packet.schema import get_schema_root
+
+    found = []
+    for major in Path(get_schema_root()).iterdir():
+        if major.name.isdigit():
+            found += [(int(major.name), int(minor.name)) for minor in major.iterdir() if minor.name.isdigit()
+                      and list(minor.glob("lsst.v*.alert.avsc"))]
+    return [f"{major}.{minor}" for major, minor in sorted(found)]
+
+
 def rubin_schema(version: str) -> dict:
-    """The Rubin alert schema ``MAJOR.MINOR`` packaged by lsst-alert-packet."""
+    """The Rubin alert schema ``MAJOR.MINOR`` (or ``latest``) packaged by lsst-alert-packet."""
     from lsst.alert.packet.schema import get_schema_path
 
+    if str(version) == "latest":
+        version = rubin_versions()[-1]
     try:
         major, minor = (int(x) for x in str(version).split("."))
         folder = Path(get_schema_path(major, minor))

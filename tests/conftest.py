@@ -42,6 +42,7 @@ def kafka_cfg(tmp_path_factory) -> Config:
     cfg.set("kafka.base_port", free_port_pair(19092))
     cfg.set("kafka.heap", "512m")
     cfg.set("topics.alerts_partitions", 3)
+    cfg.set("simulation.schema_version", "10.0")  # the tests decode what they produce with this one
     cluster = LocalKafka(cfg)
     cfg.set("kafka.bootstrap_servers", cluster.start())
     yield cfg

@@ -33,6 +33,7 @@ def _fresh_cluster_config(tmp_path_factory, name: str, nodes: int, start_port: i
     cfg.set("kafka.base_port", free_port_pair(start_port, nodes))
     cfg.set("kafka.heap", "512m")
     cfg.set("topics.alerts_partitions", 3)
+    cfg.set("simulation.schema_version", "10.0")  # decoded with it below
     cfg.set("kafka.bootstrap_servers", LocalKafka(cfg, nodes).bootstrap_servers)
     return cfg
 

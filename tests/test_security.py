@@ -38,7 +38,8 @@ def secure(tmp_path_factory):
                "--set", "kafka.heap=512m"]
     started = subprocess.run(command, capture_output=True, text=True, timeout=180)
     cfg = Config.load(ROOT / "conf" / "secure.yaml", {"state_dir": str(folder / "state"),
-                                                      "kafka.bootstrap_servers": f"127.0.0.1:{port}"})
+                                                      "kafka.bootstrap_servers": f"127.0.0.1:{port}",
+                                                      "simulation.schema_version": "10.0"})
     yield {"cfg": cfg, "folder": folder, "start": started}
     LocalKafka(cfg).stop()
 
