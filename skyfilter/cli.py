@@ -333,29 +333,15 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_registry(args: argparse.Namespace) -> int:
-    from skyfilter.registry_server import RegistryServer
+    from skyfilter.registry_server import serve
     from skyfilter.registry_topic import KafkaTopicRegistry
 
     cfg = load_config(args)
     if args.action == "list":
-        registry = KafkaTopicRegistry(cfg)
-        subjects = registry.subjects()
-        for subject in subjects:
-            ids = registry.versions(subject)
-            print(f"{subject}: {len(ids)} version(s), schema ids {', '.join(map(str, ids))}; compatibility "
-                  f"{registry.compatibility(subject)}")
-        print(f"{len(subjects)} subject(s) in topic '{registry.topic}' at {cfg.bootstrap_servers}")
-        return 0
-    server = RegistryServer(cfg, args.host, args.port)
-    print(f"schema registry serving {server.url} (Confluent REST API) from topic '{server.registry.topic}' at "
-          f"{cfg.bootstrap_servers}; Ctrl-C stops it", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    print("schema registry stopped")
+        for line in KafkaTopicRegistry(cfg).listing():
+            print(line)
+    else:
+        serve(cfg, args.host, args.port, log=lambda line: print(line, flush=True))
     return 0
 
 

@@ -243,3 +243,17 @@ class RegistryServer:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def serve(cfg: Config, host: str | None = None, port: int | None = None, log=print) -> None:
+    """`skyfilter registry serve`: answer requests until Ctrl-C."""
+    server = RegistryServer(cfg, host, port)
+    log(f"schema registry serving {server.url} (Confluent REST API) from topic '{server.registry.topic}' at "
+        f"{cfg.bootstrap_servers}; Ctrl-C stops it")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    log("schema registry stopped")

@@ -172,6 +172,14 @@ class KafkaTopicRegistry:
         self.refresh()
         return sorted(key.removeprefix("subject/") for key in self._entries if key.startswith("subject/"))
 
+    def listing(self) -> list[str]:
+        """One line per subject (versions, schema ids, compatibility), then a count: `skyfilter registry list`."""
+        subjects = self.subjects()
+        lines = [f"{subject}: {len(self._ids(subject))} version(s), schema ids "
+                 f"{', '.join(map(str, self._ids(subject)))}; compatibility {self.compatibility(subject)}"
+                 for subject in subjects]
+        return lines + [f"{len(subjects)} subject(s) in topic '{self.topic}' at {self.bootstrap}"]
+
     def versions(self, subject: str) -> list[int]:
         """The schema ids of a subject's versions, oldest (version 1) first; empty for an unknown subject."""
         self.refresh()
@@ -179,9 +187,8 @@ class KafkaTopicRegistry:
 
     def subjects_of(self, schema_id: int) -> list[tuple[str, int]]:
         """The (subject, version) pairs that hold a schema id."""
-        self.refresh()
         return [(subject, self._ids(subject).index(schema_id) + 1) for subject in self.subjects()
-                if schema_id in self._ids(subject)]
+                if schema_id in self._ids(subject)]  # subjects() has just read the topic
 
     def compatibility(self, subject: str | None = None) -> str:
         """A subject's compatibility level (its own, else the global one)."""
