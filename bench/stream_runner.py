@@ -125,4 +125,4 @@ def register_topic(cfg: Config, topic: str, schema: dict, partitions: int | None
 
     producer_cfg = act_as(cfg, "producer")
     ensure_topics(producer_cfg, {topic: partitions or int(cfg.get("topics.alerts_partitions"))})
-    return open_registry(producer_cfg).register(subject_for(topic), schema, exclusive=True)
+    return open_registry(producer_cfg).register(subject_for(topic), schema, same_alerts=True)

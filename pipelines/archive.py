@@ -81,6 +81,17 @@ def record_schema(spark: SparkSession, path: Path, schema_id: int, schema_json: 
     row.write.format("delta").mode("append").save(str(path))
 
 
+def archived_schemas(spark: SparkSession, path: Path, ids: list[int]) -> dict[int, str]:
+    """The JSON of archived writer schemas by id, in the order of ``ids`` (all of them when ``ids`` is empty)."""
+    rows = {r.schema_id: r.schema_json for r in spark.read.format("delta").load(str(path)).collect()}
+    missing = [i for i in ids if i not in rows]
+    if missing:
+        from skyfilter.errors import SkyfilterError
+
+        raise SkyfilterError(f"{path}: no archived schema with id {', '.join(map(str, missing))}")
+    return {i: rows[i] for i in ids} if ids else rows
+
+
 def archived_schema(spark: SparkSession, path: Path, schema_id: int | None = None) -> tuple[int, str]:
     """The (id, JSON) of an archived writer schema (the only one, or the one with ``schema_id``)."""
     rows = spark.read.format("delta").load(str(path)).collect()

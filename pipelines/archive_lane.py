@@ -33,7 +33,7 @@ from pipelines.delivery_log import SummaryWriter, checkpoint_query_id
 from pipelines.lane import Lane, LaneServices
 from pipelines.nightly_topics import NightlyTopics
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA
-from pipelines.tables import append, create_table, is_table
+from pipelines.tables import append, create_table, is_table, nullable
 from skyfilter.errors import SkyfilterError
 
 LANE = "archive"
@@ -49,8 +49,9 @@ class ArchiveLane(Lane):
         self.trigger = trigger
         self.summaries = summaries
         self.app_id = f"skyfilter:{plan.name}:{LANE}"
-        self.nightly = NightlyTopics(plan.cfg, plan.topic, plan.schema, plan.schema_id) \
+        self.nightly = NightlyTopics(plan.cfg, plan.topic) \
             if plan.cfg.get("stream.nightly_topics.enabled", False) else None
+        self.merge_schema = False  # set when the table was written with an older reader schema
         # original messages never repeat: Parquet's dictionary would only cost time to try
         self.spark.conf.set("parquet.enable.dictionary#kafka_value", "false")
 
@@ -68,20 +69,30 @@ class ArchiveLane(Lane):
                 f"replay_night.py still reads it, but new alerts go to a new archive; start the stream with "
                 f"another --name, or move {path.parent} away")
         empty = self.plan.decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
-        record_schema(self.spark, self.plan.tables["schemas"], self.plan.schema_id, self.plan.schema_json)
-        create_table(self.spark, path, self._alerts(empty).schema, "night")
+        self._record_schemas(self.plan.inputs.readable)
+        columns = nullable(self._alerts(empty).schema)
+        if is_table(self.spark, path):
+            existing = self.spark.read.format("delta").load(str(path)).schema
+            self.merge_schema = nullable(existing).simpleString() != columns.simpleString()
+        create_table(self.spark, path, columns, "night")
+
+    def _record_schemas(self, writers: dict[int, str]) -> None:
+        for schema_id, text in writers.items():
+            record_schema(self.spark, self.plan.tables["schemas"], schema_id, text)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
+        self._record_schemas(self.refresh_inputs())
         decoded = self.plan.decode(batch)
         observation = Observation(f"archive_{next(_observation_ids)}")
         append(self._alerts(decoded.observe(observation, *archive_figures())), self.plan.tables["alerts"],
-               self.app_id, batch_id, "night")
+               self.app_id, batch_id, "night", merge_schema=self.merge_schema)
         stats = self._stats(decoded, observation)
         if stats["rejected"]:
             self._append_rejects(decoded, batch_id)
         if self.nightly is not None and stats["nights"]:
-            self.nightly.write(decoded.where(is_accepted()), self.kafka_options, stats["nights"])
+            self.nightly.write(decoded.where(is_accepted()), self.kafka_options, stats["nights"],
+                               self.plan.inputs.readable)
         finished = time.time()
         figures = self.monitor.batch_figures(LANE, batch_id, started, finished, stats["input_alerts"], [])
         if stats["input_alerts"]:

@@ -116,6 +116,7 @@ class DeliveryLane(Lane):
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
+        self.refresh_inputs()
         if self.reloader is not None and self.reloader.check() and self.quarantine is not None:
             self.quarantine.refresh()
         batch.sparkSession.conf.set(*ONE_JOB_PER_BATCH)

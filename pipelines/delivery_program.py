@@ -37,16 +37,20 @@ def lane_filters(plan: StreamPlan, brokers: list[BrokerSpec]) -> list[FilterSpec
     return [spec for spec in plan.filters if spec.name in wanted]
 
 
-def evaluate_steps(plan: StreamPlan, brokers: list[BrokerSpec]) -> list[Step]:
-    """Kafka rows to alerts decoded without cutouts, with each filter's verdict and each broker's matches."""
-    return [*decode_steps(plan.schema_json, plan.schema_id, plan.columns, plan.night_offset_hours,
-                          plan.max_alert_bytes, plan.reader_json),
+def evaluate_steps(plan: StreamPlan, brokers: list[BrokerSpec], unknown_fails: bool = False) -> list[Step]:
+    """Kafka rows to alerts decoded without cutouts, with each filter's verdict and each broker's matches.
+
+    ``unknown_fails``: an input schema id the plan does not know stops the query (see ``pipelines/decode.py``).
+    """
+    return [*decode_steps(plan.inputs, plan.columns, plan.night_offset_hours, plan.max_alert_bytes,
+                          plan.reader_json, unknown_fails),
             *filter_steps(lane_filters(plan, brokers), is_accepted()), broker_match_step(brokers)]
 
 
-def evaluate(plan: StreamPlan, raw: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
+def evaluate(plan: StreamPlan, raw: DataFrame, brokers: list[BrokerSpec], unknown_fails: bool = False
+             ) -> DataFrame:
     """Kafka rows decoded without cutouts, with each filter's verdict and each broker's matched filters."""
-    return apply_steps(raw, evaluate_steps(plan, brokers))
+    return apply_steps(raw, evaluate_steps(plan, brokers, unknown_fails))
 
 
 def batch_figures(filters: list[FilterSpec], brokers: list[BrokerSpec], per_visit: bool) -> list[Column]:
@@ -73,10 +77,12 @@ def batch_figures(filters: list[FilterSpec], brokers: list[BrokerSpec], per_visi
 
 
 def program_key(plan: StreamPlan, brokers: list[BrokerSpec], dead_letters: bool) -> Hashable:
-    """What a program depends on: equal keys, same program.  Reload and quarantine replace the plan's filter
-    specs and change the brokers' filter lists, so identities and broker settings are enough."""
-    return (id(plan), plan.schema_id, tuple(id(spec) for spec in plan.filters),
-            tuple((b.name, b.topic, b.format, b.max_alerts_per_visit, tuple(b.enabled_filters)) for b in brokers),
+    """What a program depends on: equal keys, same program.  Reload, quarantine and new input schema versions
+    replace the plan's filter specs, brokers' filter lists and inputs, so identities and broker settings are
+    enough."""
+    return (id(plan), id(plan.inputs), tuple(id(spec) for spec in plan.filters),
+            tuple((b.name, b.topic, b.format, b.encoding, b.max_alerts_per_visit, tuple(b.enabled_filters))
+                  for b in brokers),
             tuple((name, id(encoding)) for name, encoding in plan.encodings.items()), dead_letters)
 
 
@@ -97,7 +103,8 @@ class DeliveryProgram:
         self.head = JvmSteps(spark, [*evaluate, observe(*batch_figures(self.filters, brokers, per_visit=True)),
                                      *slim])
         self.tail = JvmSteps(spark, [decision_step(brokers), *kafka_row_steps(
-            brokers, plan.encodings, plan.deadletter_topic if dead_letters else None, plan.delivery_log_topic)])
+            brokers, plan.encodings, plan.deadletter_topic if dead_letters else None, plan.delivery_log_topic,
+            writers=plan.inputs.readable)])
 
     def apply(self, raw: DataFrame, batch_id: int, caps: VisitCaps) -> tuple[DataFrame, Observation]:
         """The Kafka rows of a batch of input rows, and the observation that will hold its figures."""

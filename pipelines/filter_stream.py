@@ -146,6 +146,9 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
         log(f"filter problem: {problem}")
     log(f"stream '{name}': topic '{topic}' (schema id {plan.schema_id}, {plan.columns.family}), "
         f"{len(plan.filters)} filter(s) enabled for {len(plan.brokers)} broker(s)")
+    if len(plan.inputs.known) > 1:
+        log(f"input schema versions: ids {', '.join(map(str, plan.inputs.readable))} read as one widened reader"
+            + "".join(f"; {reason}" for reason in plan.inputs.unreadable.values()))
     slots = lane_slots(cfg, topic, plan_triggers, lanes, local_cores(configured_master()) or
                        int(spark.sparkContext.defaultParallelism))
     job = StreamJob(spark, cfg, plan, plan_triggers, lanes, slots, log)

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from pipelines.filter_eval import validate_filters
+from pipelines.input_schemas import single_schema
 from pipelines.session import get_spark
 from pipelines.stream_plan import template_frame
 from skyfilter.avro_schemas import read_container, rubin_schema, schema_text
@@ -39,6 +40,6 @@ def check_filters(cfg: Config, folder: Path, schema_json: str) -> tuple[list[Fil
     """Every filter of a folder checked against a schema: (the good ones, one line per problem)."""
     specs, load_problems = load_filters(folder)
     spark = get_spark("skyfilter-filters-check")
-    template, _ = template_frame(spark, cfg, 0, schema_json)
+    template, _ = template_frame(spark, cfg, single_schema("filters-check", 0, schema_json))
     valid, problems = validate_filters(template, specs)
     return valid, [str(p) for p in [*load_problems, *problems]]

@@ -33,6 +33,7 @@ from pipelines.filter_eval import (
     merge_reports,
     validate_filters,
 )
+from pipelines.input_schemas import single_schema
 from pipelines.night_reader import NightSelection, read_messages
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA
 from pipelines.tables import table_paths
@@ -94,13 +95,14 @@ def sample_frame(spark: SparkSession, cfg: Config, paths: list[str | Path]) -> t
         rows += [(None, frame(0, record.body), "sample", 0, len(rows) + i, now, 0) for i, record in enumerate(records)]
     text = schema_text(schema)
     raw = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
-    decoded = decode(raw, text, 0, detect(json.loads(text), cfg), float(cfg.get("stream.night_offset_hours")))
+    decoded = decode(raw, single_schema("sample", 0, text), detect(json.loads(text), cfg),
+                     float(cfg.get("stream.night_offset_hours")))
     return decoded, f"{len(files)} sample file(s)"
 
 
 def night_frame(spark: SparkSession, cfg: Config, name: str, night: str) -> tuple[DataFrame, str]:
     """The archived alerts of one night of a stream, as the stream's filters saw them."""
-    messages, _, _ = read_messages(spark, table_paths(cfg, name), NightSelection(night, None, None, None))
+    messages, _ = read_messages(spark, table_paths(cfg, name), NightSelection(night, None, None, None))
     return messages.withColumn("reject_reason", F.lit(None).cast("string")), f"night {night} of '{name}'"
 
 

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
+from pipelines.input_schemas import InputWatch
 from pipelines.monitoring import StreamMonitor
+from pipelines.outputs import register_writers
 from pipelines.stream_plan import StreamPlan
 from pipelines.totals import StreamTotals
+from skyfilter.errors import SkyfilterError
+from skyfilter.registry import open_registry
+
+_INPUTS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,29 @@ class Lane:
         self.monitor = services.monitor
         self.totals = services.totals
         self.log = services.log
+        self.input_watch = InputWatch(self.plan.cfg, self.log, f"{name} lane")
+
+    def refresh_inputs(self, seen: list[int] | None = None) -> dict[int, str]:
+        """Adopt the input schema versions registered since the last look; returns the new readable ones.
+
+        Called before each micro-batch: a producer registers a version before it
+        sends alerts of it, so every id in the batch is known by then.  ``full``
+        broker topics get the new version registered under its id.
+        """
+        with _INPUTS_LOCK:  # the lanes of one job share the plan and look from their own threads
+            before = self.plan.inputs
+            updated = self.input_watch.check(before, seen)
+            if updated is None:
+                return {}
+            new = {i: text for i, text in updated.readable.items() if i not in before.readable}
+            self.plan.inputs = updated
+        full = [b.topic for b in self.plan.brokers if b.format == "full"]
+        try:
+            for topic in full if new else []:
+                register_writers(open_registry(self.plan.cfg, output=True), topic, new)
+        except SkyfilterError as exc:
+            self.log(f"input schemas: {exc}")
+        return new
 
     def warm_up_kafka(self, topics: list[str]) -> None:
         """Load the Kafka producer's classes and fetch the metadata of ``topics`` before the first alert.

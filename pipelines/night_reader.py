@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.archive import archived_schema, is_legacy, restore_legacy_messages
+from pipelines.archive import archived_schemas, is_legacy, restore_legacy_messages
+from pipelines.input_schemas import InputSchemas
 from skyfilter.errors import SkyfilterError
+from skyfilter.reader_schema import reader_for
 
 
 @dataclass
@@ -58,18 +60,21 @@ def read_alerts(spark: SparkSession, tables: dict, selection: NightSelection) ->
     return alerts
 
 
-def read_messages(spark: SparkSession, tables: dict, selection: NightSelection) -> tuple[DataFrame, int, dict]:
-    """The night's alerts with their original messages (``kafka_value``); also the writer schema id and schema.
+def read_messages(spark: SparkSession, tables: dict, selection: NightSelection) -> tuple[DataFrame, InputSchemas]:
+    """The night's alerts with their original messages (``kafka_value``), and their writer schemas (oldest first)
+    with the reader schema they read as together.
 
     An archive of the earlier layout gets its messages restored from its fields and ``cutouts`` table, with a
     ``byte_identical`` column saying whether each matches the hash stored when it was archived.
     """
     alerts = read_alerts(spark, tables, selection)
-    ids = [row.schema_id for row in alerts.select("schema_id").distinct().collect()]
-    if len(ids) > 1:
-        raise SkyfilterError(f"night {selection.night} mixes schema ids {ids}; replay one topic's archive at a time")
-    schema_id, schema_json = archived_schema(spark, tables["schemas"], ids[0] if ids else None)
+    ids = [row.schema_id for row in alerts.groupBy("schema_id").agg(F.min("kafka_timestamp").alias("first"))
+           .orderBy("first").collect()]
+    writers = archived_schemas(spark, tables["schemas"], ids)
     if is_legacy(alerts):
+        (schema_id, schema_json), = writers.items()
         images = spark.read.format("delta").load(str(tables["cutouts"])).where(F.col("night") == selection.night)
         alerts = restore_legacy_messages(alerts, images, schema_json, schema_id)
-    return alerts, schema_id, json.loads(schema_json)
+    reader, unreadable = reader_for([(i, json.loads(text)) for i, text in writers.items()])
+    readable = {i: text for i, text in writers.items() if i not in unreadable}
+    return alerts, InputSchemas(str(tables["alerts"]), reader, readable, unreadable)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipelines.outputs import register_writers
 from skyfilter.config import Config
-from skyfilter.registry import open_registry, subject_for
+from skyfilter.registry import open_registry
 from skyfilter.topics import ensure_topics, topic_partitions
 
 
@@ -25,26 +26,30 @@ def nightly_topic(topic: str, night: str) -> str:
 class NightlyTopics:
     """Writes a batch's accepted messages to their night's topic, creating it on first use."""
 
-    def __init__(self, cfg: Config, topic: str, schema: dict, schema_id: int | None = None):
+    def __init__(self, cfg: Config, topic: str):
         self.cfg = cfg
         self.topic = topic
-        self.schema = schema
-        self.schema_id = schema_id
         self.retention_ms = str(int(float(cfg.get("stream.nightly_topics.retention_hours")) * 3_600_000))
         self.partitions = max(topic_partitions(cfg, topic), 1)
         self.ready: set[str] = set()
+        self.registered: set[tuple[str, int]] = set()
 
-    def write(self, accepted: DataFrame, kafka_options: dict[str, str], nights: list[str]) -> None:
+    def write(self, accepted: DataFrame, kafka_options: dict[str, str], nights: list[str],
+              writers: dict[int, str]) -> None:
         """Copy accepted messages (needs night, kafka_key/value/partition columns) of these nights to their
-        nightly topics."""
-        new = [nightly_topic(self.topic, n) for n in nights if nightly_topic(self.topic, n) not in self.ready]
+        nightly topics, whose subjects hold the input's writer schemas ``writers`` under their ids."""
+        names = [nightly_topic(self.topic, n) for n in nights]
+        new = [name for name in names if name not in self.ready]
         if new:
-            ensure_topics(self.cfg, dict.fromkeys(new, self.partitions),
-                          {"retention.ms": self.retention_ms})
-            registry = open_registry(self.cfg, output=True)
-            for name in new:
-                registry.register(subject_for(name), self.schema, exclusive=True, schema_id=self.schema_id)
+            ensure_topics(self.cfg, dict.fromkeys(new, self.partitions), {"retention.ms": self.retention_ms})
             self.ready.update(new)
+        unregistered = {name: {i: t for i, t in writers.items() if (name, i) not in self.registered}
+                        for name in names}
+        if any(unregistered.values()):
+            registry = open_registry(self.cfg, output=True)
+            for name, pending in unregistered.items():
+                register_writers(registry, name, pending)
+                self.registered.update((name, i) for i in pending)
         accepted.select(F.concat(F.lit(self.topic + "."), "night").alias("topic"), F.col("kafka_key").alias("key"),
                         F.col("kafka_value").alias("value"), F.col("kafka_partition").alias("partition")) \
             .write.format("kafka").options(**kafka_options).mode("append").save()

@@ -8,8 +8,9 @@ alert becomes an array of Kafka rows, exploded into what one Kafka sink writes
 
 * one message per broker it goes to: ``full`` sends the input bytes unchanged,
   ``nocutouts`` and ``lite`` re-encode the alert under their own registered
-  schema; headers ``filters`` (matched filter names, comma-separated),
-  ``alert_id`` (for de-duplication) and ``input_time`` (input Kafka timestamp, ms);
+  schema, each in the broker's wire layout (:class:`Encoding`); headers
+  ``filters`` (matched filter names, comma-separated), ``alert_id`` (for
+  de-duplication) and ``input_time`` (input Kafka timestamp, ms);
 * a dead letter if it did not decode: key and bytes unchanged, headers
   ``reason``, ``source_topic``, ``source_partition``, ``source_offset``,
   ``source_timestamp``;
@@ -34,7 +35,7 @@ from pipelines.decode import is_accepted
 from pipelines.filter_eval import filter_column
 from pipelines.steps import Step, apply_steps, select, with_columns
 from skyfilter.brokers import BrokerSpec
-from skyfilter.wire import frame
+from skyfilter.wire import HEADER_SIZE, frame
 
 HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
                                          T.StructField("value", T.BinaryType())]))
@@ -45,19 +46,49 @@ BATCH_ID_COLUMN = "_batch_id"  # read by the delivery-log records of a batch
 
 @dataclass(frozen=True)
 class Encoding:
-    """How a broker's messages are re-encoded: a registered schema and the columns that fill it."""
+    """How a broker's messages are made: a record schema, the columns that fill it, and the wire layout.
+
+    ``wire`` is the broker's ``encoding`` (``skyfilter/brokers.py``): ``confluent``
+    (magic byte, schema id, Avro body), ``fink`` (Avro body alone, the schema as
+    the message key) or ``json``.  An ``original`` encoding resends the input's
+    Avro body (a ``full`` broker in Fink's layout): its key is the writer schema
+    of each message.
+    """
 
     schema_json: str
     schema_id: int
     columns: tuple[tuple[str, str], ...]  # (field name, SQL expression over the alert's columns)
     names_matches: bool = False  # a last field (MATCHED_FIELD) lists the broker's filters the alert matched
+    wire: str = "confluent"
+    original: bool = False
 
     def value(self, matched: Column | None = None) -> Column:
-        """The Confluent-framed Avro value of one alert under this encoding (``matched``: comma-joined names)."""
+        """The message value of one alert under this encoding (``matched``: comma-joined filter names)."""
+        if self.original:
+            return F.expr(f"substring(kafka_value, {HEADER_SIZE + 1})")
         fields = [F.expr(expression).alias(name) for name, expression in self.columns]
         if self.names_matches:
             fields.append(filter_names(matched).alias(MATCHED_FIELD))
-        return F.concat(F.lit(bytearray(frame(self.schema_id, b""))), to_avro(F.struct(*fields), self.schema_json))
+        if self.wire == "json":
+            return F.encode(F.to_json(F.struct(*fields), {"ignoreNullFields": "false"}), "UTF-8")
+        body = to_avro(F.struct(*fields), self.schema_json)
+        return body if self.wire == "fink" else F.concat(F.lit(bytearray(frame(self.schema_id, b""))), body)
+
+    def key(self, writers: dict[int, str]) -> Column | None:
+        """The message key under this encoding, or None to keep the input's (the alert id).
+
+        Fink's layout carries the value's schema in the key; for an ``original``
+        encoding that is the writer schema of each message (``writers``: id -> text).
+        """
+        if self.wire != "fink":
+            return None
+        if not self.original:
+            return F.lit(self.schema_json.encode())
+        key = None
+        for schema_id, text in writers.items():
+            branch = F.col("schema_id") == schema_id
+            key = F.when(branch, F.lit(text.encode())) if key is None else key.when(branch, F.lit(text.encode()))
+        return key
 
 
 def filter_names(matched: Column) -> Column:
@@ -122,10 +153,11 @@ def _row(topic: Column, key: Column, value: Column, headers: Column) -> Column:
     return F.struct(topic.alias("topic"), key.alias("key"), value.alias("value"), headers.alias("headers"))
 
 
-def _broker_message(slot: int, broker: BrokerSpec, value: Column) -> Column:
+def _broker_message(slot: int, broker: BrokerSpec, value: Column, key: Column | None) -> Column:
     headers = F.array(_header("filters", F.col(matched_filters(slot))), _header("alert_id", F.col("alert_id")),
                       _header("input_time", F.unix_millis("kafka_timestamp").cast("string")))
-    return F.when(F.col(kept(slot)), _row(F.lit(broker.topic), F.col("kafka_key"), value, headers))
+    return F.when(F.col(kept(slot)), _row(F.lit(broker.topic), F.col("kafka_key") if key is None else key, value,
+                                          headers))
 
 
 def _dead_letter(topic: str) -> Column:
@@ -159,16 +191,17 @@ def _log_record(topic: str, brokers: list[BrokerSpec], lane: str, went_anywhere:
 
 
 def kafka_rows(decided: DataFrame, brokers: list[BrokerSpec], encodings: dict[str, Encoding],
-               deadletter_topic: str | None, log_topic: str | None, batch_id: int = -1, lane: str = "delivery"
-               ) -> DataFrame:
+               deadletter_topic: str | None, log_topic: str | None, batch_id: int = -1, lane: str = "delivery",
+               writers: dict[int, str] | None = None) -> DataFrame:
     """The rows one Kafka sink writes for alerts whose ``kept`` columns are set: topic, key, value, headers.
 
     Each re-encoding is computed once per alert, and only for alerts that some
     broker using it keeps.  Without ``deadletter_topic`` undecodable messages are
     left to another lane; without ``log_topic`` no delivery-log records are written.
+    ``writers`` (input schema id -> text) are the keys of ``full`` brokers in Fink's layout.
     """
     return apply_steps(with_batch_id(decided, batch_id),
-                       kafka_row_steps(brokers, encodings, deadletter_topic, log_topic, lane))
+                       kafka_row_steps(brokers, encodings, deadletter_topic, log_topic, lane, writers))
 
 
 def with_batch_id(decided: DataFrame, batch_id: int) -> DataFrame:
@@ -177,7 +210,8 @@ def with_batch_id(decided: DataFrame, batch_id: int) -> DataFrame:
 
 
 def kafka_row_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], deadletter_topic: str | None,
-                    log_topic: str | None, lane: str = "delivery") -> list[Step]:
+                    log_topic: str | None, lane: str = "delivery", writers: dict[int, str] | None = None
+                    ) -> list[Step]:
     """The steps of :func:`kafka_rows` (after :func:`with_batch_id`), to build once and apply to many batches."""
     live = live_brokers(brokers)
     encoded, values = {}, {}
@@ -195,7 +229,8 @@ def kafka_row_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], d
                      encoding.value(F.col(matched_filters(users[name][0]))))
         for encoding, name in encoded.items()})
     went_anywhere = any_of([F.col(kept(slot)) for slot, _ in live])
-    rows = [_broker_message(slot, broker, values[slot]) for slot, broker in live]
+    keys = {slot: encodings[b.name].key(writers or {}) if b.name in encodings else None for slot, b in live}
+    rows = [_broker_message(slot, broker, values[slot], keys[slot]) for slot, broker in live]
     if deadletter_topic:
         rows.append(_dead_letter(deadletter_topic))
     if log_topic:

@@ -10,8 +10,11 @@
   matched.  Its Avro schema is derived from the columns' Spark types.
 
 Every broker topic's schema is registered under its subject ``<topic>-value``
-in the output registry (``full`` too: the input schema, under the input's id),
-so a standard Confluent consumer decodes any of them.
+in the output registry (``full`` too: the input's writer schemas, under their ids),
+so a standard Confluent consumer decodes any of them.  A broker's ``encoding``
+picks the wire layout for the clients it runs (``confluent`` by default, ``fink``
+for fink-client, ``json`` for Lasair-style consumers; a ``json`` topic registers
+no schema).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipelines.input_schemas import InputSchemas
 from pipelines.outgoing import MATCHED_FIELD, Encoding, filter_names
 from skyfilter.avro_schemas import schema_text, without_fields
 from skyfilter.brokers import BrokerSpec
@@ -62,21 +66,23 @@ def lite_schema(template: DataFrame, broker: BrokerSpec, columns: tuple[tuple[st
     return definition
 
 
-def prepare_outputs(cfg: Config, template: DataFrame, definition: dict, cutouts: list[str],
-                    brokers: list[BrokerSpec], filters: list[FilterSpec],
-                    schema_id: int | None = None) -> dict[str, Encoding]:
+def prepare_outputs(cfg: Config, template: DataFrame, inputs: InputSchemas, cutouts: list[str],
+                    brokers: list[BrokerSpec], filters: list[FilterSpec]) -> dict[str, Encoding]:
     """Create the broker topics and register each one's schema under ``<topic>-value`` in the output registry.
 
-    A ``full`` topic resends the input messages, so its subject holds the input schema
-    (with the input's id ``schema_id`` where known); returns the encoding of every
-    non-``full`` broker.
+    A ``full`` topic resends the input messages, so its subject holds the input's
+    writer schemas under their own ids; ``nocutouts`` and ``lite`` records are
+    built from the reader schema, the same whatever each alert's writer schema.
+    Returns the encoding of every non-``full`` broker.
     """
     encodings: dict[str, Encoding] = {}
     registry = open_registry(cfg, output=True) if brokers else None
-    reduced = without_fields(definition, cutouts)
+    reduced = without_fields(inputs.reader, cutouts)
     for broker in brokers:
         if broker.format == "full":
-            registry.register(subject_for(broker.topic), definition, schema_id=schema_id)
+            register_writers(registry, broker.topic, inputs.readable)
+            if broker.encoding != "confluent":
+                encodings[broker.name] = Encoding("", 0, (), wire=broker.encoding, original=True)
             continue
         if broker.format == "nocutouts":
             columns = tuple((f["name"], f"`{f['name']}`") for f in reduced["fields"])
@@ -84,7 +90,15 @@ def prepare_outputs(cfg: Config, template: DataFrame, definition: dict, cutouts:
         elif broker.format == "lite":
             columns = lite_columns(broker, filters)
             schema = lite_schema(template, broker, columns)
-        output_id = registry.register(subject_for(broker.topic), schema)
-        encodings[broker.name] = Encoding(schema_text(schema), output_id, columns, broker.format == "lite")
+        output_id = 0 if broker.encoding == "json" else registry.register(subject_for(broker.topic), schema)
+        encodings[broker.name] = Encoding(schema_text(schema), output_id, columns, broker.format == "lite",
+                                          wire=broker.encoding)
     ensure_topics(cfg, {b.topic: int(cfg.get("topics.broker_partitions")) for b in brokers})
     return encodings
+
+
+def register_writers(registry, topic: str, writers: dict[int, str], same_alerts: bool = False) -> None:
+    """Register the input's writer schemas (oldest first), under their own ids, for a topic that carries the
+    input's bytes (``same_alerts``: an input topic, see ``SchemaRegistry.register``)."""
+    for schema_id, text in writers.items():
+        registry.register(subject_for(topic), text, same_alerts=same_alerts, schema_id=schema_id)

@@ -17,6 +17,7 @@ resends what it wrote since its last checkpoint.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pipelines.delivery_lane import batch_stats, report_batch, summary_record
 from pipelines.delivery_log import SummaryWriter
 from pipelines.delivery_program import batch_figures, evaluate, lane_filters
+from pipelines.input_schemas import NEW_SCHEMA_ERROR
 from pipelines.lane import Lane, LaneServices
 from pipelines.outgoing import kafka_rows, keep_every_match
 from pipelines.stream_plan import StreamPlan, probe_batch
@@ -98,18 +100,19 @@ class RealtimeLane(Lane):
     def signature(self) -> tuple:
         """What the query was built from: its brokers, their filters and the filters' files."""
         digests = {spec.name: spec.digest for spec in self.plan.filters}
-        return tuple((b.name, b.topic, b.format, tuple((f, digests.get(f)) for f in b.enabled_filters))
-                     for b in self.brokers())
+        return (tuple(sorted(self.plan.inputs.known)),
+                *((b.name, b.topic, b.format, b.encoding, tuple((f, digests.get(f)) for f in b.enabled_filters))
+                  for b in self.brokers()))
 
     def _rows(self, source: DataFrame, observed: bool = True) -> DataFrame:
         """The Kafka rows (broker topics, dead letters, delivery log) of the input rows ``source``."""
         brokers = self.brokers()
-        evaluated = evaluate(self.plan, source, brokers)
+        evaluated = evaluate(self.plan, source, brokers, unknown_fails=True)
         if observed:
             evaluated = evaluated.observe(OBSERVATION, *batch_figures(lane_filters(self.plan, brokers), brokers,
                                                                       per_visit=False))
         return kafka_rows(keep_every_match(evaluated, brokers), brokers, self.plan.encodings,
-                          self.plan.deadletter_topic, self.plan.delivery_log_topic, -1, LANE)
+                          self.plan.deadletter_topic, self.plan.delivery_log_topic, -1, LANE, self.plan.inputs.readable)
 
     def warm_up(self) -> None:
         """Run the query's code once on probe alerts, and load the Kafka producer, before the long-lived tasks start.
@@ -154,15 +157,39 @@ class RealtimeLane(Lane):
         return False
 
     def restart_if_changed(self) -> bool:
-        """After a reload: restart the query when its brokers or their filters changed."""
+        """After a reload or a new input schema version: restart the query when what it serves changed."""
         if self.query is None or self.signature() == self.served:
             return False
-        self.log(f"reload: restarting the Real-time Mode query for {', '.join(b.name for b in self.brokers())}")
+        self.log(f"realtime: restarting the Real-time Mode query for {', '.join(b.name for b in self.brokers())} "
+                 f"(filters, brokers or input schemas changed)")
+        self.restart()
+        return True
+
+    def restart(self) -> StreamingQuery:
+        """Start the query again from its checkpoint, warmed up (what it sent since then is sent again)."""
         self.warm_up()
         self.stop()
         self.start()
         self.wait_until_reading()
-        return True
+        return self.query
+
+    def recover_new_schema(self, failure: BaseException) -> StreamingQuery | None:
+        """Restart a query that stopped on an input schema id it did not know, once the id is settled; else None.
+
+        The query cannot read the registry between records, so an alert of a version
+        registered after it started stops it (``pipelines/decode.py``).  The lane then reads
+        the registry: the version is decoded from then on, or its alerts are dead-lettered
+        with the reason, and the query resumes from its last checkpoint.
+        """
+        found = re.search(rf"{re.escape(NEW_SCHEMA_ERROR)} (\d+)", str(failure))
+        if found is None:
+            return None
+        schema_id = int(found.group(1))
+        self.refresh_inputs(seen=[schema_id])
+        if schema_id not in self.plan.inputs.known:
+            return None
+        self.log(f"realtime: alerts of input schema id {schema_id} arrived: restarting the Real-time Mode query")
+        return self.restart()
 
     def progress(self, progress) -> None:
         """One finished Real-time batch (every checkpoint interval): its figures to the log, metrics and totals."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from pipelines.outputs import prepare_outputs
-from pipelines.stream_plan import StreamPlan, configured_cutouts, resolve_filters, template_frame
+from pipelines.stream_plan import StreamPlan, resolve_filters, template_frame
 from skyfilter.brokers import BrokerSpec, load_brokers
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
@@ -74,13 +74,12 @@ class PlanReloader:
         except SkyfilterError as exc:
             self.log(f"reload: {exc}; the previous brokers stay in place")
             brokers = [copy.copy(b) for b in plan.brokers]
-        template, _ = template_frame(self.spark, self.cfg, plan.schema_id, plan.schema_json)
+        template, _ = template_frame(self.spark, self.cfg, plan.inputs)
         previous = {spec.name: spec for spec in plan.filters}
         filters, brokers, problems = resolve_filters(template, self.filters_dir, self.brokers_file, brokers,
                                                      previous)
         try:
-            encodings = prepare_outputs(self.cfg, template, plan.schema, configured_cutouts(self.cfg, plan.schema),
-                                        brokers, filters, plan.schema_id)
+            encodings = prepare_outputs(self.cfg, template, plan.inputs, plan.cutouts, brokers, filters)
         except SkyfilterError as exc:
             self.log(f"reload: {exc}; keeping the previous filters and brokers")
             return False
@@ -110,4 +109,4 @@ def describe_changes(plan: StreamPlan, filters: list, brokers: list[BrokerSpec])
 
 
 def _broker_key(broker: BrokerSpec) -> tuple:
-    return (tuple(broker.enabled_filters), broker.topic, broker.format, broker.max_alerts_per_visit)
+    return (tuple(broker.enabled_filters), broker.topic, broker.format, broker.encoding, broker.max_alerts_per_visit)

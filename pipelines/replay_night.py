@@ -29,17 +29,18 @@ from pyspark.sql import functions as F  # noqa: E402
 from pipelines.caps import VisitCaps  # noqa: E402
 from pipelines.decode import is_accepted  # noqa: E402
 from pipelines.filter_eval import add_filter_columns  # noqa: E402
+from pipelines.input_schemas import InputSchemas  # noqa: E402
 from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
 from pipelines.night_reader import NightSelection, parse_visits, read_messages  # noqa: E402
 from pipelines.outgoing import add_broker_matches, kafka_rows, match_rows  # noqa: E402
-from pipelines.outputs import prepare_outputs  # noqa: E402
+from pipelines.outputs import prepare_outputs, register_writers  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.stream_plan import configured_cutouts, resolve_filters  # noqa: E402
 from pipelines.tables import table_paths  # noqa: E402
 from skyfilter.config import Config  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
 from skyfilter.kafka_clients import act_as, client_settings, spark_sink_options  # noqa: E402
-from skyfilter.registry import open_registry, subject_for  # noqa: E402
+from skyfilter.registry import open_registry  # noqa: E402
 from skyfilter.topics import check_reachable, ensure_topics, topic_partitions  # noqa: E402
 
 
@@ -85,7 +86,7 @@ def speed_factor(text: str) -> float | None:
     return factor
 
 
-def restream(cfg: Config, messages: DataFrame, schema: dict, topic: str, speed: float | None,
+def restream(cfg: Config, messages: DataFrame, inputs: InputSchemas, topic: str, speed: float | None,
              progress: bool, log=print) -> dict:
     """Send the night's messages to ``topic`` in original order, partition and visit cadence."""
     from confluent_kafka import Producer
@@ -99,7 +100,7 @@ def restream(cfg: Config, messages: DataFrame, schema: dict, topic: str, speed: 
                                  f"(hash mismatch or missing cutouts); nothing was sent")
     partitions = max(topic_partitions(cfg, messages.first().kafka_topic), 1)
     ensure_topics(cfg, {topic: partitions})
-    open_registry(cfg).register(subject_for(topic), schema, exclusive=True)
+    register_writers(open_registry(cfg), topic, inputs.readable, same_alerts=True)
     target_partitions = topic_partitions(cfg, topic)
     starts = {r.visit_id: r.start.timestamp() for r in
               messages.groupBy("visit_id").agg(F.min("kafka_timestamp").alias("start")).collect()}
@@ -142,7 +143,7 @@ def restream(cfg: Config, messages: DataFrame, schema: dict, topic: str, speed: 
     return {"alerts": total, "visits": len(starts), "elapsed": time.time() - began}
 
 
-def refilter(spark, cfg: Config, messages: DataFrame, schema: dict, args: argparse.Namespace, name: str,
+def refilter(spark, cfg: Config, messages: DataFrame, inputs: InputSchemas, args: argparse.Namespace, name: str,
              log=print) -> dict:
     """Apply the filters to the night in batch; matches to Delta (and to the broker topics)."""
     frame = messages.withColumn("reject_reason", F.lit(None).cast("string"))
@@ -152,8 +153,8 @@ def refilter(spark, cfg: Config, messages: DataFrame, schema: dict, args: argpar
     evaluated = add_broker_matches(add_filter_columns(frame, filters, is_accepted()), brokers)
     decided = VisitCaps().decide(evaluated, brokers).persist()  # whole visits: lowest alert ids kept
     if args.to_brokers:
-        encodings = prepare_outputs(cfg, frame, schema, configured_cutouts(cfg, schema), brokers, filters)
-        kafka_rows(decided, brokers, encodings, None, None).write.format("kafka") \
+        encodings = prepare_outputs(cfg, frame, inputs, configured_cutouts(cfg, inputs.reader), brokers, filters)
+        kafka_rows(decided, brokers, encodings, None, None, writers=inputs.readable).write.format("kafka") \
             .options(**spark_sink_options(cfg)).mode("append").save()
     table = Path(args.matches_table) if args.matches_table else cfg.delta_dir / name / "rematches"
     rows = match_rows(decided, brokers)
@@ -174,16 +175,16 @@ def run(args: argparse.Namespace, spark=None, log=print) -> dict:
         check_reachable(cfg)
     spark = spark or get_spark(f"skyfilter-replay-{name}")
     began = time.time()
-    messages, _, schema = read_messages(spark, table_paths(cfg, name), selection)
+    messages, inputs = read_messages(spark, table_paths(cfg, name), selection)
     if messages.limit(1).count() == 0:
         raise SkyfilterError(f"the archive '{name}' has no alerts for night {args.night}")
     if args.to_topic:
-        result = restream(cfg, messages, schema, args.to_topic, speed, not args.no_progress, log)
+        result = restream(cfg, messages, inputs, args.to_topic, speed, not args.no_progress, log)
         result["elapsed"] = time.time() - began
         log(f"replayed {result['alerts']} alerts of night {args.night} ({result['visits']} visits) to "
             f"'{args.to_topic}' in {result['elapsed']:.1f} s: {result['alerts'] / result['elapsed']:.0f} alerts/s")
     else:
-        result = refilter(spark, cfg, messages, schema, args, name, log)
+        result = refilter(spark, cfg, messages, inputs, args, name, log)
         result["elapsed"] = time.time() - began
         log(f"re-filtered {result['alerts']} alerts of night {args.night}: {result['matches']} matches "
             f"in {result['elapsed']:.1f} s, written to {result['table']}")

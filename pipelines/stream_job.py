@@ -48,6 +48,8 @@ from skyfilter.kafka_clients import spark_sink_options, spark_source_options
 from skyfilter.status import status_file
 from skyfilter.topics import ensure_topics, topic_partitions
 
+INPUT_CHECK_SECONDS = 2.0  # how often the main loop looks for new input schema versions for Real-time Mode
+
 
 class StreamJob:
     """Starts the lanes of a stream, keeps its status file current, and stops them."""
@@ -74,6 +76,7 @@ class StreamJob:
         self.delivery: DeliveryLane | None = None
         self.triggered: dict[str, str] = {}  # micro-batch lane -> the trigger its query was started with
         self.recovered: set[str] = set()
+        self.inputs_checked_at = time.monotonic()
         self.stop_signal: dict = {"signal": None}  # set by SIGTERM/SIGINT (see catch_stop_signals)
         self.previous_handlers: dict = {}
 
@@ -184,13 +187,20 @@ class StreamJob:
         return query
 
     def _recover(self, lane: str, exc: BaseException) -> StreamingQuery | None:
-        """Restart a micro-batch lane that hit Spark 4.1.1's Kafka progress bug on a recovered batch; else None.
+        """Restart a query that stopped for a reason it can resume from; else None.
 
-        After a crash, the batch that was planned but not committed runs again from
-        the checkpoint; it completes and commits, then Spark 4.1.1's Kafka source
-        fails reporting its progress (SPARK-55271: its latest offsets were never
-        fetched in this run).  Restarting resumes after that committed batch.
+        The Real-time query stops on an input schema version it did not know
+        (:meth:`RealtimeLane.recover_new_schema`).  A micro-batch lane may hit Spark
+        4.1.1's Kafka progress bug: after a crash, the batch that was planned but not
+        committed runs again from the checkpoint; it completes and commits, then the
+        Kafka source fails reporting its progress (SPARK-55271: its latest offsets
+        were never fetched in this run).  Restarting resumes after that committed batch.
         """
+        if lane == REALTIME and self.realtime is not None:
+            query = self.realtime.recover_new_schema(exc)
+            if query is not None:
+                self.queries[REALTIME] = query
+            return query
         if lane in self.recovered or lane not in self.triggered or not _spark_55271(exc):
             return None
         self.recovered.add(lane)
@@ -320,11 +330,15 @@ class StreamJob:
         return True
 
     def _reload_realtime(self) -> None:
-        """Hot reload for Real-time Mode: between its batches the micro-batch lane reloads; here the main loop does."""
+        """Hot reload and new input schema versions for Real-time Mode: between its batches the micro-batch lane
+        looks for them; here the main loop does (the query restarts to take them)."""
         if self.realtime is None:
             return
         if self.reloader is not None:
             self.reloader.check()
+        if time.monotonic() - self.inputs_checked_at > INPUT_CHECK_SECONDS:
+            self.inputs_checked_at = time.monotonic()
+            self.realtime.refresh_inputs()
         if self.realtime.restart_if_changed():
             self.queries["realtime"] = self.realtime.query
 

@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 
 from pipelines.decode import decode, reserved_columns
 from pipelines.filter_eval import validate_filters
+from pipelines.input_schemas import InputSchemas, load_input_schemas
 from pipelines.outgoing import Encoding
 from pipelines.outputs import prepare_outputs
 from pipelines.tables import table_paths
@@ -43,15 +44,17 @@ WARM_UP_ALERTS = 200  # enough for the JVM to compile the decoding and filtering
 def probe_batch(spark, plan: StreamPlan, alerts: int = WARM_UP_ALERTS) -> DataFrame:
     """Input rows shaped like the Kafka source's, to run a lane's query once before alerts come.
 
-    One empty row (the path of a message that cannot be decoded) and ``alerts`` copies of an
-    alert of the topic's schema with every field filled in, so that the code the first visit
-    needs is generated, loaded and compiled by the JVM beforehand.
+    One empty row (the path of a message that cannot be decoded) and ``alerts`` alerts with
+    every field filled in, spread over the topic's writer schemas, so that the code the first
+    visit needs is generated, loaded and compiled by the JVM beforehand.
     """
     rows = [(None, None, plan.topic, 0, -1, None, 0)]
-    if alerts:
-        value = frame(plan.schema_id, schemaless_body(plan.schema, filled_record(plan.schema)))
-        now = datetime.now(UTC)
-        rows += [(None, value, plan.topic, 0, -2 - i, now, 0) for i in range(alerts)]
+    values = []
+    for schema_id, text in plan.inputs.readable.items():  # every writer's decoding gets compiled
+        writer = json.loads(text)
+        values.append(frame(schema_id, schemaless_body(writer, filled_record(writer))))
+    now = datetime.now(UTC)
+    rows += [(None, values[i % len(values)], plan.topic, 0, -2 - i, now, 0) for i in range(alerts if values else 0)]
     return spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
 
 
@@ -71,6 +74,7 @@ class StreamPlan:
     brokers: list[BrokerSpec]
     encodings: dict[str, Encoding]
     cutouts: list[str]
+    inputs: InputSchemas  # every writer schema of the topic, read as one reader schema
     tables: dict[str, Path]
     checkpoint: Path  # one checkpoint folder per lane inside (see lane_checkpoint)
     night_offset_hours: float
@@ -94,12 +98,13 @@ class StreamPlan:
 
     @property
     def schema_json(self) -> str:
+        """The newest writer schema of the topic when the stream started."""
         return schema_text(self.schema)
 
     @property
     def reader_json(self) -> str:
-        """The schema filters see: the topic's schema without its cutout fields."""
-        return reader_schema_json(self.schema, self.cutouts)
+        """The schema filters see: the topic's reader schema without its cutout fields."""
+        return reader_schema_json(self.inputs.reader, self.cutouts)
 
     def lane_checkpoint(self, lane: str) -> Path:
         """The checkpoint of one lane of this stream (``delivery``, ``realtime`` or ``archive``)."""
@@ -107,13 +112,8 @@ class StreamPlan:
 
     def decode(self, raw: DataFrame) -> DataFrame:
         """Kafka rows of this topic, decoded without the cutouts, as filters see them (pipelines/decode.py)."""
-        return decode(raw, self.schema_json, self.schema_id, self.columns, self.night_offset_hours,
-                      self.max_alert_bytes, self.reader_json)
-
-    def decode_full(self, raw: DataFrame) -> DataFrame:
-        """Kafka rows of this topic, decoded with every field, cutouts included (what the archive keeps)."""
-        return decode(raw, self.schema_json, self.schema_id, self.columns, self.night_offset_hours,
-                      self.max_alert_bytes)
+        return decode(raw, self.inputs, self.columns, self.night_offset_hours, self.max_alert_bytes,
+                      self.reader_json)
 
 
 def delivery_log_topic(topic: str, name: str) -> str:
@@ -180,9 +180,9 @@ def configured_cutouts(cfg: Config, definition: dict) -> list[str]:
     return cutout_fields(definition) if cutouts in (None, "auto") else list(cutouts)
 
 
-def template_frame(spark: SparkSession, cfg: Config, schema_id: int, text: str) -> tuple[DataFrame, AlertColumns]:
-    """An empty frame with exactly the columns filters see for this schema (what the delivery lane decodes)."""
-    definition = json.loads(text)
+def template_frame(spark: SparkSession, cfg: Config, schemas: InputSchemas) -> tuple[DataFrame, AlertColumns]:
+    """An empty frame with exactly the columns filters see for these schemas (what the delivery lane decodes)."""
+    definition = schemas.reader
     clash = sorted(set(reserved_columns()) & {f["name"] for f in definition["fields"]})
     if clash:
         raise SkyfilterError(f"schema '{definition.get('name')}' has field(s) {', '.join(clash)}, "
@@ -190,24 +190,25 @@ def template_frame(spark: SparkSession, cfg: Config, schema_id: int, text: str) 
     columns = detect(definition, cfg)
     offset = float(cfg.get("stream.night_offset_hours"))
     reader = reader_schema_json(definition, configured_cutouts(cfg, definition))
-    return decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), text, schema_id, columns, offset,
+    return decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), schemas, columns, offset,
                   reader_json=reader), columns
 
 
 def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path, brokers_file: Path,
                schema: tuple[int, str]) -> StreamPlan:
-    """Validate filters and brokers against the topic's schema; create output topics."""
+    """Validate filters and brokers against the topic's schemas (``schema``: the newest); create output topics."""
     schema_id, text = schema
     definition = json.loads(text)
-    template, columns = template_frame(spark, cfg, schema_id, text)
+    inputs = load_input_schemas(cfg, topic, schema)
+    template, columns = template_frame(spark, cfg, inputs)
     offset = float(cfg.get("stream.night_offset_hours"))
     enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
-    cutouts = configured_cutouts(cfg, definition)
-    encodings = prepare_outputs(cfg, template, definition, cutouts, brokers, enabled, schema_id)
+    cutouts = configured_cutouts(cfg, inputs.reader)
+    encodings = prepare_outputs(cfg, template, inputs, cutouts, brokers, enabled)
     ensure_topics(cfg, {f"{topic}.deadletter": int(cfg.get("topics.broker_partitions")),
                         delivery_log_topic(topic, name): int(cfg.get("topics.broker_partitions"))})
     return StreamPlan(
         name=name, topic=topic, schema_id=schema_id, schema=definition,
-        columns=columns, filters=enabled, brokers=brokers, encodings=encodings, cutouts=cutouts,
+        columns=columns, filters=enabled, brokers=brokers, encodings=encodings, cutouts=cutouts, inputs=inputs,
         tables=table_paths(cfg, name), checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset,
         problems=problems, cfg=cfg, max_alert_bytes=int(cfg.get("stream.max_alert_bytes")))

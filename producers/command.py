@@ -66,6 +66,6 @@ def send_source(cfg: Config, topic: str, source: AlertSource, schema: dict, inte
     """
     cfg = act_as(cfg, "producer")
     ensure_topics(cfg, {topic: int(cfg.get("topics.alerts_partitions"))})
-    source.schema_id = open_registry(cfg).register(subject_for(topic), schema, exclusive=True)
+    source.schema_id = open_registry(cfg).register(subject_for(topic), schema, same_alerts=True)
     conf = client_settings(cfg, **(cfg.section("producer") | (producer_settings or {})))
     return run_producers(conf, topic, source, source.schema_id, interval_s, max(1, processes), progress, log)

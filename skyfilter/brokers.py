@@ -11,6 +11,12 @@ import yaml
 from skyfilter.errors import SkyfilterError
 
 FORMATS = ("full", "nocutouts", "lite")
+# How messages are laid out on the wire, for the clients community brokers run:
+#   confluent - Confluent wire format (magic byte, schema id, Avro body): confluent-kafka's AvroDeserializer
+#   fink      - Fink's layout: the Avro schema (JSON) as the message key, the Avro body alone as the value
+#               (fink-client's AlertConsumer)
+#   json      - one JSON object per message (Lasair's Kafka consumers); lite and nocutouts only
+ENCODINGS = ("confluent", "fink", "json")
 DEFAULT_MAX_ALERTS_PER_VISIT = 20  # Rubin's numBrokerAlerts: "100 users x 20 full alerts per visit"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -26,6 +32,7 @@ class BrokerSpec:
     line: int = 1
     max_alerts_per_visit: int | None = DEFAULT_MAX_ALERTS_PER_VISIT  # None: no cap
     enabled_filters: list[str] = field(default_factory=list)
+    encoding: str = "confluent"
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -76,18 +83,25 @@ def load_brokers(path: str | Path) -> list[BrokerSpec]:
             filters = [filters]
         if not filters or not all(isinstance(f, str) for f in filters):
             raise SkyfilterError(f"{where}: 'filters' must list at least one filter name")
-        unknown = set(entry) - {"filters", "topic", "format", "max_alerts_per_visit", "__line__"}
+        unknown = set(entry) - {"filters", "topic", "format", "encoding", "max_alerts_per_visit", "__line__"}
         if unknown:
             raise SkyfilterError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))}")
         fmt = str(entry.get("format", "full"))
         if fmt not in FORMATS:
             raise SkyfilterError(f"{where}: format '{fmt}' is not one of {', '.join(FORMATS)}")
+        encoding = str(entry.get("encoding", "confluent"))
+        if encoding not in ENCODINGS:
+            raise SkyfilterError(f"{where}: encoding '{encoding}' is not one of {', '.join(ENCODINGS)}")
+        if encoding == "json" and fmt == "full":
+            raise SkyfilterError(f"{where}: encoding json needs format lite or nocutouts (full sends the alert's "
+                                 f"own Avro bytes)")
         topic = str(entry.get("topic") or default_topic(str(name)))
         if topic in topics:
             raise SkyfilterError(f"{where}: topic '{topic}' is already used by broker '{topics[topic]}'")
         topics[topic] = name
         cap = _cap(entry["max_alerts_per_visit"], where) if "max_alerts_per_visit" in entry else default_cap
-        brokers.append(BrokerSpec(str(name), list(dict.fromkeys(filters)), topic, fmt, line, cap))
+        brokers.append(BrokerSpec(str(name), list(dict.fromkeys(filters)), topic, fmt, line, cap,
+                                  encoding=encoding))
     return brokers
 
 

@@ -82,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     consume = commands.add_parser(
         "consume", help="read a topic decoded through the registry: print JSON lines or write Avro/JSON files",
         description="Read a broker topic (or any topic skyfilter writes) as a community broker would: each "
-                    "message decoded with the schema its id names in the output registry, printed as one JSON "
-                    "line (position, schema id, headers, alert; bytes fields as their length) or written to "
+                    "message decoded in its topic's encoding (Confluent wire format through the output registry, "
+                    "Fink's schema-in-key layout, or JSON), printed as one JSON line (position, encoding, schema "
+                    "id, headers, alert; bytes fields as their length) or written to "
                     "--output-dir as one Avro container file (with its schema) or JSON file per message.  "
                     "Stops after --max-messages or when nothing came for --idle seconds; a summary goes to "
                     "stderr.")

@@ -2,9 +2,11 @@
 
 Like Kafka's console consumer and Fink's ``fink_consumer``: from the committed
 position of a consumer group (or ``--from-beginning``), each message decoded
-with the schema its id names in the output registry, printed as one JSON line
-or written to a folder as Avro (one container file per message, with its
-schema) or JSON files.  Bytes fields (cutouts) print as their length.
+in its topic's layout (:class:`Decoder`: through the output registry for the
+Confluent wire format, with the schema in the key for Fink's, or as JSON),
+printed as one JSON line or written to a folder as Avro (one container file
+per message, with its schema) or JSON files.  Bytes fields (cutouts) print as
+their length.
 """
 
 from __future__ import annotations
@@ -60,11 +62,17 @@ class ConsumeReport:
 
 
 class Decoder:
-    """Confluent-framed Avro values to records, with each writer schema fetched once from the registry."""
+    """Message values to records, whichever layout the topic uses (a broker's ``encoding``).
+
+    * ``confluent``: magic byte and schema id, the writer schema fetched once from the output registry;
+    * ``fink``: the Avro schema (JSON) in the key, the Avro body alone in the value;
+    * ``json``: one JSON object, no schema.
+    """
 
     def __init__(self, cfg: Config):
         self.registry = open_registry(cfg, output=True)
         self.schemas: dict[int, tuple[dict, object]] = {}
+        self.key_schemas: dict[bytes, tuple[dict, object] | None] = {}
 
     def schema(self, schema_id: int) -> tuple[dict, object]:
         """(schema JSON, parsed schema) of an id."""
@@ -73,10 +81,27 @@ class Decoder:
             self.schemas[schema_id] = definition, fastavro.parse_schema(definition)
         return self.schemas[schema_id]
 
-    def decode(self, value: bytes) -> tuple[int, dict]:
-        """(schema id, record) of one message value."""
+    def key_schema(self, key: bytes | None) -> tuple[dict, object] | None:
+        """(schema JSON, parsed schema) carried in a message key (Fink's layout), or None."""
+        if not key or key[:1] != b"{":
+            return None
+        if key not in self.key_schemas:
+            try:
+                definition = json.loads(key)
+                self.key_schemas[key] = definition, fastavro.parse_schema(definition)
+            except (ValueError, fastavro.schema.SchemaParseException, KeyError, TypeError):
+                self.key_schemas[key] = None
+        return self.key_schemas[key]
+
+    def decode(self, value: bytes, key: bytes | None = None) -> tuple[str, int | None, dict]:
+        """(encoding, schema id or None, record) of one message."""
+        in_key = self.key_schema(key)
+        if in_key is not None:
+            return "fink", None, fastavro.schemaless_reader(io.BytesIO(value), in_key[1], None)
+        if value and value[:1] == b"{":
+            return "json", None, json.loads(value)
         schema_id, body = unframe(value)
-        return schema_id, fastavro.schemaless_reader(io.BytesIO(body), self.schema(schema_id)[1], None)
+        return "confluent", schema_id, fastavro.schemaless_reader(io.BytesIO(body), self.schema(schema_id)[1], None)
 
 
 def printable(value):
@@ -144,20 +169,20 @@ def _emit(decoder: Decoder, message, options: ConsumeOptions, report: ConsumeRep
     headers = {k: (v.decode(errors="replace") if v is not None else None) for k, v in (message.headers() or [])}
     position = f"{message.topic()}-{message.partition()}-{message.offset()}"
     try:
-        schema_id, record = decoder.decode(message.value())
+        encoding, schema_id, record = decoder.decode(message.value(), message.key())
     except (WireFormatError, SkyfilterError, ValueError, EOFError) as exc:
         report.undecodable += 1
         out(json.dumps({"position": position, "error": str(exc), "headers": headers,
                         "value_base64": base64.b64encode(message.value() or b"").decode()}))
         return
+    about = {"encoding": encoding, "schema_id": schema_id, "headers": headers, "alert": printable(record)}
     if options.output_dir is None:
-        out(json.dumps({"position": position, "schema_id": schema_id, "headers": headers,
-                        "alert": printable(record)}))
+        out(json.dumps({"position": position, **about}))
         return
-    path = options.output_dir / f"{position}.{options.output_format}"
-    if options.output_format == "avro":
-        with open(path, "wb") as handle:
-            fastavro.writer(handle, decoder.schema(schema_id)[1], [record])
-    else:
-        path.write_text(json.dumps({"schema_id": schema_id, "headers": headers, "alert": printable(record)}))
+    schema = decoder.schema(schema_id) if encoding == "confluent" else decoder.key_schema(message.key())
+    if options.output_format == "avro" and schema is not None:
+        with open(options.output_dir / f"{position}.avro", "wb") as handle:
+            fastavro.writer(handle, schema[1], [record])
+    else:  # JSON, and the messages of a JSON topic whatever the format asked (they have no schema)
+        (options.output_dir / f"{position}.json").write_text(json.dumps(about))
     report.written += 1

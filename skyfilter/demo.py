@@ -82,7 +82,7 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
         threading.Thread(target=_echo_stdout, args=(stream, stream_lines), daemon=True).start()
         _wait_for_line(stream, stream_lines, log_path, "waiting for a producer")
         schema = rubin_schema(str(cfg.get("simulation.schema_version")))
-        open_registry(cfg).register(subject_for(str(cfg.get("topics.alerts"))), schema, exclusive=True)
+        open_registry(cfg).register(subject_for(str(cfg.get("topics.alerts"))), schema, same_alerts=True)
         _wait_for_line(stream, stream_lines, log_path, "running: ")
 
         print(f"3/4 producing {args.visits} visits x {args.alerts_per_visit} alerts with cutouts, "

@@ -31,13 +31,14 @@ def subject_for(topic: str) -> str:
 class SchemaRegistry(Protocol):
     """What producers and jobs need from a registry."""
 
-    def register(self, subject: str, schema: dict | str, exclusive: bool = False,
+    def register(self, subject: str, schema: dict | str, same_alerts: bool = False,
                  schema_id: int | None = None) -> int:
         """Register a schema under a subject; returns its id.
 
-        With ``exclusive``, the subject may only ever hold this one schema
-        (an input topic carries one schema).  ``schema_id``: the id the messages
-        already carry (given by another registry), kept where the registry can.
+        With ``same_alerts`` (an input topic), a new version must be a version of
+        the alerts the subject holds: an input topic carries one survey's alerts.
+        ``schema_id``: the id the messages already carry (given by another
+        registry), kept where the registry can.
         """
 
     def schema(self, schema_id: int) -> str:
@@ -45,6 +46,9 @@ class SchemaRegistry(Protocol):
 
     def latest(self, subject: str) -> tuple[int, str] | None:
         """The (id, schema text) most recently registered under a subject, or None."""
+
+    def versions(self, subject: str) -> list[int]:
+        """The schema ids of a subject's versions, oldest first (what the stream watches for new ones)."""
 
 
 def open_registry(cfg: Config, output: bool = False) -> SchemaRegistry:

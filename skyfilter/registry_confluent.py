@@ -12,7 +12,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from skyfilter.avro_schemas import fingerprint, schema_text
 from skyfilter.errors import SkyfilterError
-from skyfilter.registry_topic import exclusive_clash
+from skyfilter.registry_topic import other_alerts_error
 
 SUBJECT_NOT_FOUND = (40401, 40402, 40403)
 
@@ -26,6 +26,7 @@ class ConfluentRegistry:
         if basic_auth:
             settings["basic.auth.user.info"] = basic_auth
         self.client = SchemaRegistryClient(settings)
+        self._version_ids: dict[tuple[str, int], int] = {}  # a subject's version never changes its schema
 
     def _call(self, what: str, call, *args):
         """Run a client call; None for "not found", one clear error line for anything else."""
@@ -40,7 +41,7 @@ class ConfluentRegistry:
             raise SkyfilterError(f"cannot reach schema registry {self.url}: {type(exc).__name__}: "
                                  f"{str(exc).splitlines()[0][:200]}") from None
 
-    def register(self, subject: str, schema: dict | str, exclusive: bool = False,
+    def register(self, subject: str, schema: dict | str, same_alerts: bool = False,
                  schema_id: int | None = None) -> int:
         """Register a schema under a subject; returns its id (see SchemaRegistry.register).
 
@@ -48,10 +49,12 @@ class ConfluentRegistry:
         id differs, the messages that carry ``schema_id`` cannot be decoded through it.
         """
         text = schema_text(schema)
-        if exclusive:
+        if same_alerts:
             current = self.latest(subject)
             if current and fingerprint(current[1]) != fingerprint(text):
-                raise exclusive_clash(subject, current[0], -1)
+                clash = other_alerts_error(subject, current, text)
+                if clash is not None:
+                    raise clash
         given = int(self._call(f"register under '{subject}'", self.client.register_schema, subject,
                                Schema(text, "AVRO")))
         if schema_id is not None and given != schema_id:
@@ -71,3 +74,13 @@ class ConfluentRegistry:
         """The (id, schema text) most recently registered under a subject, or None."""
         found = self._call(f"latest version of '{subject}'", self.client.get_latest_version, subject)
         return None if found is None else (int(found.schema_id), found.schema.schema_str)
+
+    def versions(self, subject: str) -> list[int]:
+        """The schema ids of a subject's versions, oldest first; empty for an unknown subject."""
+        numbers = self._call(f"versions of '{subject}'", self.client.get_versions, subject) or []
+        for number in numbers:
+            if (subject, number) not in self._version_ids:
+                found = self._call(f"version {number} of '{subject}'", self.client.get_version, subject, number)
+                if found is not None:
+                    self._version_ids[subject, number] = int(found.schema_id)
+        return [self._version_ids[subject, n] for n in sorted(numbers) if (subject, n) in self._version_ids]

@@ -22,6 +22,7 @@ from skyfilter.avro_schemas import fingerprint, schema_text
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 from skyfilter.kafka_clients import client_settings
+from skyfilter.reader_schema import different_alerts, schema_name
 from skyfilter.schema_compat import LEVELS, compatibility_problems
 from skyfilter.topics import ensure_topics
 
@@ -30,12 +31,15 @@ class IncompatibleSchema(SkyfilterError):
     """A schema that breaks its subject's compatibility level (HTTP 409 in the REST API)."""
 
 
-def exclusive_clash(subject: str, held: int, offered: int) -> SkyfilterError:
-    """The error of a second schema offered to a subject that may hold only one."""
+def other_alerts_error(subject: str, held: tuple[int, str], offered: str) -> SkyfilterError | None:
+    """The error of a schema offered to a topic of other alerts (None for a version of the same alerts)."""
+    problem = different_alerts(held[1], offered)
+    if problem is None:
+        return None
     topic = subject.removesuffix("-value")
-    return SkyfilterError(
-        f"topic '{topic}' already carries schema id {held}; these alerts have schema id {offered}: "
-        f"one input topic carries one schema, so produce them to another topic")
+    return SkyfilterError(f"topic '{topic}' carries alerts of schema id {held[0]} ({schema_name(held[1])}); these "
+                          f"({schema_name(offered)}) are not a version of them: {problem}; produce them to "
+                          f"another topic")
 
 
 def _watermarks(consumer: Consumer, partition: TopicPartition, wait_s: float = 15.0) -> tuple[int, int]:
@@ -112,11 +116,12 @@ class KafkaTopicRegistry:
             return []
         return list(bound.get("versions") or [bound["id"]])  # entries of earlier releases hold the latest id only
 
-    def register(self, subject: str, schema: dict | str, exclusive: bool = False,
+    def register(self, subject: str, schema: dict | str, same_alerts: bool = False,
                  schema_id: int | None = None) -> int:
         """Register a schema under a subject (a new version unless it is there already); returns its id.
 
-        With ``exclusive``, the subject may only ever hold this one schema.  A new
+        With ``same_alerts`` (an input topic), a new version must be a version of the
+        alerts the subject already holds (``skyfilter/reader_schema.py``).  A new
         version must meet the subject's compatibility level.  ``schema_id`` keeps the
         id another registry gave the schema (a ``full`` broker topic resends input
         messages, whose bytes carry the input registry's id).
@@ -128,8 +133,10 @@ class KafkaTopicRegistry:
         if stored and stored["fingerprint"] != fingerprint(text):
             raise SkyfilterError(f"schema id {schema_id} already names a different schema (fingerprint clash)")
         ids = self._ids(subject)
-        if exclusive and ids and ids[-1] != schema_id:
-            raise exclusive_clash(subject, ids[-1], schema_id)
+        if same_alerts and ids and schema_id not in ids:
+            clash = other_alerts_error(subject, (ids[-1], self.schema(ids[-1])), text)
+            if clash is not None:
+                raise clash
         updates = {}
         if not stored:
             updates[f"schema/{schema_id}"] = {"id": schema_id, "fingerprint": fingerprint(text), "schema": text}

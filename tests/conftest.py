@@ -7,6 +7,9 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -119,6 +122,13 @@ def decode_messages(messages, schema: dict) -> list[dict]:
     return [fastavro.schemaless_reader(io.BytesIO(unframe(m.value)[1]), parsed, None) for m in messages]
 
 
+def stream_folder(folder: Path, filters: dict[str, str], brokers: str) -> Path:
+    """``folder`` with a stream's inputs: ``filters/`` (file name -> text) and ``brokers.yaml``."""
+    write_files(folder / "filters", filters)
+    (folder / "brokers.yaml").write_text(brokers)
+    return folder
+
+
 def write_files(folder: Path, files: dict[str, str]) -> Path:
     """Create a folder of small text files (filters, brokers.yaml)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -194,3 +204,20 @@ def consume_avro(kafka_cfg, registry_url: str, topic: str, count: int, timeout_s
         consumer.close()
     return values
 
+
+
+def stream_process(cfg: Config, topic: str, folder: Path, extra: list[str]) -> tuple[subprocess.Popen, list[str]]:
+    """``filter_stream.py`` as an operator runs it (filters and brokers.yaml in ``folder``), once it says
+    ``running:``; its output lines keep coming into the returned list."""
+    command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", topic,
+               "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
+               "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir), *extra]
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(line.rstrip() for line in job.stdout), daemon=True).start()
+    deadline = time.time() + 240
+    while not any("running: " in line for line in lines):
+        assert job.poll() is None and time.time() < deadline, "\n".join(lines[-20:])
+        time.sleep(0.5)
+    return job, lines

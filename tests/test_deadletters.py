@@ -3,13 +3,20 @@ to the ``rejects`` table; the good alerts around them are all delivered."""
 
 from __future__ import annotations
 
+import io
+
+import fastavro
 from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from conftest import DATA, decode_messages, stream_args, write_files
 from pipelines.filter_stream import run
 from producers.command import ProduceOptions, produce
 from skyfilter.avro_schemas import avro_files, read_container, rubin_schema
 from skyfilter.delivery import read_topic
+from skyfilter.registry import open_registry, subject_for
 from skyfilter.wire import frame, unframe
 
 TOPIC = "dl.alerts"
@@ -21,18 +28,21 @@ def _good(cfg, night: str, seed: int):
                                        seed=seed, night=night, progress=False), log=lambda line: None)
 
 
-def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, spark, tmp_path):
+def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, spark, tmp_path, registry_url):
     report = _good(kafka_cfg, "2026-10-01", 1)
     sample = next(m for m in read_topic(kafka_cfg, TOPIC))
     schema_id, body = unframe(sample.value)
-    ztf_body = next(read_container(avro_files([DATA / "ztf-3.3"])[0])[1]).body
+    ztf_schema, ztf_records = read_container(avro_files([DATA / "ztf-3.3"])[0])
+    ztf_body = next(ztf_records).body
+    ztf_id = open_registry(kafka_cfg).register(subject_for("dl.ztf"), ztf_schema)  # another topic's schema
     bad = {
         b"garbage": (b"this is not an alert at all, just text", "wrong magic byte"),
         b"empty": (b"", "zero-length value"),
         b"magic": (b"\x01" + b"\x00" * 40, "wrong magic byte"),
-        b"unknown-id": (frame(987654, body), "schema id 987654, but this topic carries schema id"),
+        b"unknown-id": (frame(987654, body), "schema id 987654 is not registered for topic"),
         b"truncated": (frame(schema_id, body[: len(body) // 2]), "Avro body does not decode"),
         b"other-schema": (frame(schema_id, ztf_body), "Avro body does not decode"),
+        b"other-topic": (frame(ztf_id, ztf_body), f"schema id {ztf_id} is not registered for topic '{TOPIC}'"),
         b"oversized": (frame(schema_id, body + b"\x00" * (MAX_BYTES + 1000)), "oversized: "),
         b"null-value": (None, "null value"),
     }
@@ -49,7 +59,7 @@ def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, sp
     lines: list[str] = []
     totals = run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
                              extra=["--set", f"stream.max_alert_bytes={MAX_BYTES}"]), spark, lines.append)
-    assert totals.input_alerts == 48 and totals.rejected == 8 and totals.archived == 40
+    assert totals.input_alerts == 49 and totals.rejected == 9 and totals.archived == 40
 
     inputs = {m.key: m for m in read_topic(kafka_cfg, TOPIC) if m.key in bad}
     letters = read_topic(kafka_cfg, f"{TOPIC}.deadletter")
@@ -62,6 +72,11 @@ def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, sp
         assert (letter.headers["source_topic"], int(letter.headers["source_partition"]),
                 int(letter.headers["source_offset"])) == (TOPIC, source.partition, source.offset)
         assert int(letter.headers["source_timestamp"]) == source.timestamp_ms
+    # a dead letter that is Avro of a registered schema decodes with the standard client, through the registry
+    deserializer = AvroDeserializer(SchemaRegistryClient({"url": registry_url}))
+    other = next(m for m in letters if m.key == b"other-topic")
+    record = deserializer(other.value, SerializationContext(f"{TOPIC}.deadletter", MessageField.VALUE))
+    assert record["candid"] == fastavro.schemaless_reader(io.BytesIO(ztf_body), ztf_schema, None)["candid"]
 
     good = [m for m in read_topic(kafka_cfg, TOPIC) if m.key not in bad]
     good_ids = sorted(str(r["diaSourceId"]) for r in decode_messages(good, rubin_schema("10.0")))

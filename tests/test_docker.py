@@ -36,7 +36,10 @@ def _flag(command: list[str], flag: str) -> str:
 
 def test_every_part_of_the_deployment_is_there():
     assert len(KAFKA_NODES) == 3 and len(WORKERS) == int(CFG.get("spark_cluster.workers"))
-    assert {"spark-master", "stream", "producer", "jupyter", "prometheus", "grafana"} <= set(SERVICES)
+    assert {"spark-master", "stream", "producer", "jupyter", "prometheus", "grafana", "registry"} <= set(SERVICES)
+    registry = SERVICES["registry"]["command"]
+    assert registry[:3] == ["skyfilter", "registry", "serve"] and _flag(registry, "--host") == "0.0.0.0"
+    assert registry and SERVICES["registry"]["ports"] == [f"127.0.0.1:{_flag(registry, '--port')}:8081"]
 
 
 def test_kafka_nodes_agree_with_the_config_and_the_pinned_version():

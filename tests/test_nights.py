@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 from pyspark.sql import functions as F
 
-from conftest import NEGATIVE_PY, stream_args, write_files
+from conftest import NEGATIVE_PY, stream_args, stream_folder, write_files
 from pipelines import replay_night
 from pipelines.archive import archived_schema, with_cutouts
 from pipelines.filter_stream import run
@@ -35,9 +35,7 @@ def replay_args(cfg, *extra: str):
 
 @pytest.fixture(scope="module")
 def night(kafka_cfg, spark, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("night")
-    write_files(folder / "filters", FILTERS)
-    (folder / "brokers.yaml").write_text(BROKERS)
+    folder = stream_folder(tmp_path_factory.mktemp("night"), FILTERS, BROKERS)
     report = produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=3, alerts_per_visit=25, interval_s=3.0,
                                                stamps=True, seed=11, night=NIGHT, progress=False),
                      log=lambda line: None)

@@ -9,17 +9,19 @@ alert once and every match with its delivery time.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import threading
-import time
 from collections import Counter
 from statistics import median
 
 from confluent_kafka import Producer
 
-from conftest import NEGATIVE_PY, ROOT, check_topic, decode_messages, expected_deliveries, write_files
+from conftest import (
+    NEGATIVE_PY,
+    check_topic,
+    decode_messages,
+    expected_deliveries,
+    stream_folder,
+    stream_process,
+)
 from pipelines.tables import table_paths
 from producers.command import ProduceOptions, produce
 from skyfilter.avro_schemas import rubin_schema
@@ -51,24 +53,13 @@ PREDICATES = {
 
 
 def test_realtime_brokers_and_micro_batch_brokers_equal_an_independent_evaluation(kafka_cfg, spark, tmp_path):
-    write_files(tmp_path / "filters", {"bright.sql": "diaSource.snr > 20", "snr10.sql": LITE_SQL,
-                                       "negative.py": NEGATIVE_PY})
-    (tmp_path / "brokers.yaml").write_text(BROKERS)
-    open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), exclusive=True)
-    command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", TOPIC,
-               "--filters-dir", str(tmp_path / "filters"), "--brokers", str(tmp_path / "brokers.yaml"),
-               "--bootstrap", kafka_cfg.bootstrap_servers, "--state-dir", str(kafka_cfg.state_dir),
-               "--trigger", "realtime", "--archive-trigger", "2s", "--stop-when-idle", "12",
-               "--set", "stream.realtime.checkpoint_interval=10s", "--set", "monitoring.port=null",
-               "--set", "topics.alerts_partitions=3"]
-    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(line.rstrip() for line in job.stdout), daemon=True).start()
-    deadline = time.time() + 240
-    while not any("running: " in line for line in lines):
-        assert job.poll() is None and time.time() < deadline, "\n".join(lines[-20:])
-        time.sleep(0.5)
+    stream_folder(tmp_path, {"bright.sql": "diaSource.snr > 20", "snr10.sql": LITE_SQL,
+                                       "negative.py": NEGATIVE_PY}, BROKERS)
+    open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), same_alerts=True)
+    job, lines = stream_process(kafka_cfg, TOPIC, tmp_path, [
+        "--trigger", "realtime", "--archive-trigger", "2s", "--stop-when-idle", "12",
+        "--set", "stream.realtime.checkpoint_interval=10s", "--set", "monitoring.port=null",
+        "--set", "topics.alerts_partitions=3"])
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=3, alerts_per_visit=30, interval_s=4.0, stamps=True,
                                       seed=31, night="2026-11-14", progress=False), log=lambda line: None)
     bad = Producer({"bootstrap.servers": kafka_cfg.bootstrap_servers})

@@ -16,8 +16,8 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import StringSerializer
 
-from conftest import ROOT, consume_avro
-from skyfilter.avro_schemas import rubin_schema, schema_text
+from conftest import DATA, ROOT, consume_avro
+from skyfilter.avro_schemas import avro_files, read_container, rubin_schema, schema_text
 from skyfilter.errors import SkyfilterError
 from skyfilter.kafka_local import free_port_pair
 from skyfilter.registry import ConfluentRegistry, KafkaTopicRegistry
@@ -79,12 +79,12 @@ def test_project_client_speaks_to_the_served_registry(registry_url):
     subject = f"proj-{uuid.uuid4().hex[:6]}-value"
     assert registry.latest(subject) is None
     schema = rubin_schema("10.0")
-    schema_id = registry.register(subject, schema, exclusive=True)
-    assert registry.register(subject, schema, exclusive=True) == schema_id
+    schema_id = registry.register(subject, schema, same_alerts=True)
+    assert registry.register(subject, schema, same_alerts=True) == schema_id
     assert registry.latest(subject)[0] == schema_id
     assert json.loads(registry.schema(schema_id)) == json.loads(schema_text(schema))
-    with pytest.raises(SkyfilterError, match="one input topic carries one schema"):
-        registry.register(subject, rubin_schema("9.0"), exclusive=True)
+    with pytest.raises(SkyfilterError, match="are not a version of them"):
+        registry.register(subject, read_container(avro_files([DATA / "ztf-3.3"])[0])[0], same_alerts=True)
 
 
 def test_unreachable_registry_is_one_line_without_the_credentials():

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import stream_args, write_files
+from conftest import DATA, stream_args, write_files
 from pipelines.filter_stream import run
 from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
+from skyfilter.avro_schemas import avro_files, read_container, rubin_schema
 from skyfilter.delivery import read_topic
 from skyfilter.errors import SkyfilterError
 from skyfilter.registry import KafkaTopicRegistry, subject_for
@@ -22,15 +22,19 @@ def raises(snr):
 '''
 
 
-def test_kafka_topic_registry_ids_are_stable_and_one_schema_per_topic(kafka_cfg):
+def test_kafka_topic_registry_ids_are_stable_and_one_kind_of_alert_per_topic(kafka_cfg):
     registry = KafkaTopicRegistry(kafka_cfg)
-    v10, v9 = rubin_schema("10.0"), rubin_schema("9.0")
-    first = registry.register(subject_for("reg.test"), v10, exclusive=True)
+    v10, v11 = rubin_schema("10.0"), rubin_schema("11.1")
+    first = registry.register(subject_for("reg.test"), v10, same_alerts=True)
     again = KafkaTopicRegistry(kafka_cfg)  # another "machine"
-    assert again.register(subject_for("reg.test"), v10, exclusive=True) == first
+    assert again.register(subject_for("reg.test"), v10, same_alerts=True) == first
     assert again.latest(subject_for("reg.test"))[0] == first
-    with pytest.raises(SkyfilterError, match="topic 'reg.test' already carries schema id"):
-        again.register(subject_for("reg.test"), v9, exclusive=True)
+    second = again.register(subject_for("reg.test"), v11, same_alerts=True)  # a new version of the same alerts
+    assert registry.versions(subject_for("reg.test")) == [first, second]
+    ztf = read_container(avro_files([DATA / "ztf-3.3"])[0])[0]
+    with pytest.raises(SkyfilterError, match=r"topic 'reg.test' carries alerts of schema id \d+ "
+                                             r"\(lsst.v11_1.alert\); these \(ztf.alert\) are not a version of them"):
+        again.register(subject_for("reg.test"), ztf, same_alerts=True)
 
 
 def test_failing_python_filter_does_not_stop_the_others_and_restart_resumes(kafka_cfg, spark, tmp_path):

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import NEGATIVE_PY, stream_args, write_files
+from conftest import NEGATIVE_PY, stream_args, stream_folder
 from pipelines.caps import VisitCaps
 from pipelines.delivery_lane import DeliveryLane
 from pipelines.delivery_log import SummaryWriter
@@ -46,9 +46,7 @@ brokers:
 
 @pytest.fixture(scope="module")
 def planned(kafka_cfg, spark, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("plan")
-    write_files(folder / "filters", FILTERS)
-    (folder / "brokers.yaml").write_text(BROKERS)
+    folder = stream_folder(tmp_path_factory.mktemp("plan"), FILTERS, BROKERS)
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=20, interval_s=0.0, stamps=True,
                                       seed=5, night="2026-11-10", progress=False), log=lambda line: None)
     schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))

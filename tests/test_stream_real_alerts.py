@@ -154,7 +154,7 @@ def test_archived_real_alerts_restore_to_the_original_bytes(kafka_cfg, spark, da
               .collect()]
     restored = {}
     for night in nights:
-        messages, _, _ = read_messages(spark, tables, NightSelection(night))
+        messages, _ = read_messages(spark, tables, NightSelection(night))
         assert "byte_identical" not in messages.columns, "the archive keeps the messages themselves"
         restored.update({r.alert_id: bytes(r.kafka_value) for r in messages.select("alert_id", "kafka_value")
                          .collect()})

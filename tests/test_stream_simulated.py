@@ -235,7 +235,7 @@ def test_rejected_messages_are_kept_with_their_reason(sim, spark):
     reasons = {bytes(r.kafka_key): r.reject_reason for r in rejects}
     assert set(reasons) == {b"bad-magic", b"bad-id"}
     assert "magic byte" in reasons[b"bad-magic"]
-    assert "this topic carries schema id" in reasons[b"bad-id"]
+    assert "is not registered for topic" in reasons[b"bad-id"]
 
 
 def test_matches_and_metrics_tables_agree_with_the_topics(sim, spark):

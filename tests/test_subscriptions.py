@@ -9,7 +9,7 @@ from collections import Counter
 import fastavro
 import pytest
 
-from conftest import decode_messages, stream_args, write_files
+from conftest import decode_messages, stream_args, stream_folder
 from pipelines.filter_stream import run
 from producers.command import ProduceOptions, produce
 from skyfilter.avro_schemas import rubin_schema
@@ -42,9 +42,8 @@ brokers:
 
 @pytest.fixture(scope="module")
 def subs(kafka_cfg, spark, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("subs")
-    write_files(folder / "filters", {"everything.sql": "alert_id IS NOT NULL", "lite_bright.sql": LITE_SQL})
-    (folder / "brokers.yaml").write_text(BROKERS)
+    folder = stream_folder(tmp_path_factory.mktemp("subs"),
+                           {"everything.sql": "alert_id IS NOT NULL", "lite_bright.sql": LITE_SQL}, BROKERS)
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=3, alerts_per_visit=40, interval_s=0.0, stamps=False,
                                       seed=11, night="2026-11-20", progress=False), log=lambda line: None)
     lines: list[str] = []

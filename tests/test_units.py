@@ -225,12 +225,12 @@ def test_confluent_registry_client_speaks_the_rest_api():
         registry = ConfluentRegistry(f"http://127.0.0.1:{server.server_port}")
         assert registry.latest("alerts-value") is None
         schema = {"type": "record", "name": "a", "fields": [{"name": "x", "type": "long"}]}
-        schema_id = registry.register("alerts-value", schema, exclusive=True)
-        assert registry.register("alerts-value", schema, exclusive=True) == schema_id
+        schema_id = registry.register("alerts-value", schema, same_alerts=True)
+        assert registry.register("alerts-value", schema, same_alerts=True) == schema_id
         assert json.loads(registry.schema(schema_id)) == schema
         other = {"type": "record", "name": "b", "fields": [{"name": "y", "type": "int"}]}
-        with pytest.raises(SkyfilterError, match="one input topic carries one schema"):
-            registry.register("alerts-value", other, exclusive=True)
+        with pytest.raises(SkyfilterError, match="are not a version of them"):
+            registry.register("alerts-value", other, same_alerts=True)
     finally:
         server.shutdown()
         server.server_close()
