@@ -13,11 +13,13 @@ MVN_FLAGS    := -q -B -Dmaven.repo.local=$(LOCAL)/m2 -Dkafka.version=$(KAFKA_VER
                 -Dscala.binary.version=$(SCALA_BINARY_VERSION) -Dlog4j.version=$(LOG4J_VERSION) \
                 -Dslf4j.version=$(SLF4J_VERSION)
 
-.PHONY: setup setup-image demo test bench notebook lint clean kafka-stop help
+.PHONY: setup setup-image demo test test-fast docs bench notebook lint clean kafka-stop help
 
 help:
 	@echo "make demo   set up everything, then run a small simulated night end to end"
 	@echo "make test   set up everything, then run the test suite"
+	@echo "make test-fast  the pure-function tests alone (no Kafka, no Spark): seconds"
+	@echo "make docs   build the documentation site (MkDocs) into .local/site"
 	@echo "make bench  set up everything, then run every benchmark at full size (hours; BENCH=name for one)"
 	@echo "make notebook  open JupyterLab on notebooks/filter_authoring.ipynb"
 	@echo "make lint   ruff check"
@@ -58,10 +60,17 @@ demo: setup
 test: setup
 	$(PY) -m pytest tests --durations=15
 
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest tests -m "not slow" -q
+
+docs: $(VENV)/.installed
+	$(PY) -m mkdocs build --strict --site-dir $(LOCAL)/site
+
 # Benchmarks, not tests: results (JSON, CSV, Markdown, PNG) go to bench/results, runs to .local/bench/bench_runs.
 BENCH ?= producer stages grid visit-burst side-by-side filter-scaling trigger-sweep sustained catch-up
 bench: setup
 	set -e; for experiment in $(BENCH); do $(VENV)/bin/skyfilter bench $$experiment $(BENCH_ARGS); done
+	$(PY) -m bench.report  # the tables and plots in docs/ come from bench/results, never by hand
 
 # JupyterLab is only needed here, so it is installed on first use.
 $(VENV)/.notebook: setup.py $(VENV)/.installed

@@ -34,7 +34,8 @@ setup(
         "test": ["pytest==8.4.2", "ruff==0.14.5", "astropy==7.1.1", "ipykernel==7.4.0", "nbclient==0.11.0",
                  "nbformat==5.11.1",
                  # the community brokers' own clients, which the encodings are tested with
-                 "fink-client==12.3.0", "lasair==0.1.4"],
+                 "fink-client==12.3.0", "lasair==0.1.4",
+                 "mkdocs==1.6.1"],  # the docs site, built --strict by the tests
         "notebook": ["jupyterlab==4.6.6", "ipykernel==7.4.0", "astropy==7.1.1"],
     },
     entry_points={"console_scripts": ["skyfilter=skyfilter.cli:main"]},

@@ -1,1 +1,1 @@
-"""Benchmarks: reproducible measurements, kept apart from the tests (see README, Performance)."""
+"""Benchmarks: reproducible measurements, kept apart from the tests (see docs/performance.md)."""

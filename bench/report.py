@@ -114,16 +114,18 @@ def pyplot():
     return plt
 
 
-def update_readme(readme: Path, results: Path) -> list[str]:
-    """Refresh the blocks ``<!-- bench:NAME -->...<!-- /bench:NAME -->`` of a README from ``results/NAME.md``.
+def update_docs(page: Path, results: Path) -> list[str]:
+    """Refresh the blocks ``<!-- bench:NAME -->...<!-- /bench:NAME -->`` of a docs page from ``results/NAME.md``.
 
-    A block gets the result's table, machine, command and peak-memory lines, so
-    the README quotes the measured figures instead of retyping them.  Returns
-    the names refreshed.
+    A block gets the result's table, machine, command and peak-memory lines, and
+    ``NAME.png`` is copied beside the page (``img/``), so the documentation quotes
+    the measured figures and plots instead of retyping them.  Returns the names
+    refreshed.
     """
     import re
+    import shutil
 
-    text = readme.read_text()
+    text = page.read_text()
     refreshed = []
 
     def block(match: re.Match) -> str:
@@ -133,15 +135,21 @@ def update_readme(readme: Path, results: Path) -> list[str]:
             return match.group(0)
         body = source.read_text().split("\n\n")
         kept = [part for part in body[1:] if part.startswith(("|", "Machine:", "Command:", "Peak memory"))]
+        plot = results / f"{name}.png"
+        if plot.exists():
+            (page.parent / "img").mkdir(exist_ok=True)
+            shutil.copy(plot, page.parent / "img" / plot.name)
         refreshed.append(name)
         return f"<!-- bench:{name} -->\n" + "\n\n".join(kept) + f"\n<!-- /bench:{name} -->"
 
     text = re.sub(r"<!-- bench:(\w+) -->.*?<!-- /bench:\1 -->", block, text, flags=re.S)
-    readme.write_text(text)
+    page.write_text(text)
     return refreshed
 
 
 if __name__ == "__main__":
     ROOT = Path(__file__).resolve().parents[1]
-    names = update_readme(ROOT / "README.md", ROOT / "bench" / "results")
-    print(f"README.md: refreshed {len(names)} benchmark table(s): {', '.join(names) or 'none'}")
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        names = update_docs(page, ROOT / "bench" / "results")
+        if names:
+            print(f"docs/{page.name}: refreshed {len(names)} benchmark table(s): {', '.join(names)}")

@@ -25,6 +25,19 @@ from skyfilter.kafka_local import LocalKafka, free_port_pair
 from skyfilter.wire import unframe
 
 ROOT = Path(__file__).resolve().parents[1]
+# Tests that use these fixtures run real Kafka or Spark: the full suite (`make test`) only.
+REAL_COMPONENTS = {"kafka_cfg", "spark", "registry_url"}
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "slow: needs real Kafka, Spark or Delta (left out by `make test-fast`)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark every test that uses a real component as slow, so ``-m "not slow"`` is the fast tier."""
+    for item in items:
+        if REAL_COMPONENTS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 DATA = ROOT / "samples"  # real public alerts (samples/README.md)
 # a Python filter several tests use: alerts whose difference flux is negative
 NEGATIVE_PY = '''

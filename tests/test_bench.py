@@ -130,18 +130,22 @@ def test_stages_times_each_part_of_the_hot_path(kafka_cfg, spark, tmp_path, caps
     assert len(result["results"]) == 8 and all(r["best_s"] > 0 for r in result["results"])
 
 
-def test_readme_tables_are_refreshed_from_the_results(tmp_path):
-    from bench.report import update_readme
+def test_docs_tables_and_plots_are_refreshed_from_the_results(tmp_path):
+    from bench.report import update_docs
 
-    (tmp_path / "demo.md").write_text("## Title\n\n| a |\n|---|\n| 1 |\n\nMachine: 2 cores.\n\n"
-                                      "Command: `x`\n\nPeak memory (RSS): driver 5 MB.\n\n* a note\n")
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- bench:demo -->\nold\n<!-- /bench:demo -->\n<!-- bench:gone -->\nkeep\n"
-                      "<!-- /bench:gone -->\nend\n")
-    assert update_readme(readme, tmp_path) == ["demo"]
-    assert readme.read_text() == ("intro\n<!-- bench:demo -->\n| a |\n|---|\n| 1 |\n\nMachine: 2 cores.\n\n"
-                                  "Command: `x`\n\nPeak memory (RSS): driver 5 MB.\n<!-- /bench:demo -->\n"
-                                  "<!-- bench:gone -->\nkeep\n<!-- /bench:gone -->\nend\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "demo.md").write_text("## Title\n\n| a |\n|---|\n| 1 |\n\nMachine: 2 cores.\n\n"
+                                     "Command: `x`\n\nPeak memory (RSS): driver 5 MB.\n\n* a note\n")
+    (results / "demo.png").write_bytes(b"png")
+    page = tmp_path / "performance.md"
+    page.write_text("intro\n<!-- bench:demo -->\nold\n<!-- /bench:demo -->\n<!-- bench:gone -->\nkeep\n"
+                    "<!-- /bench:gone -->\nend\n")
+    assert update_docs(page, results) == ["demo"]
+    assert page.read_text() == ("intro\n<!-- bench:demo -->\n| a |\n|---|\n| 1 |\n\nMachine: 2 cores.\n\n"
+                                "Command: `x`\n\nPeak memory (RSS): driver 5 MB.\n<!-- /bench:demo -->\n"
+                                "<!-- bench:gone -->\nkeep\n<!-- /bench:gone -->\nend\n")
+    assert (tmp_path / "img" / "demo.png").read_bytes() == b"png"
 
 
 def test_lag_growth_is_flat_when_kept_up_and_the_deficit_when_not():

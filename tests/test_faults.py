@@ -24,6 +24,8 @@ from skyfilter.kafka_local import LocalKafka, free_port_pair
 from skyfilter.processes import wait_for_exit
 from skyfilter.topics import admin_client
 
+pytestmark = pytest.mark.slow  # every test here runs Kafka clusters or the stream job
+
 SNR_CUT = 15
 
 
@@ -160,6 +162,7 @@ def test_stream_never_reachable_is_one_clear_line(tmp_path):
                       "(Failed to get metadata: Local: Broker transport failure): is it running? "
                       "(`skyfilter kafka start`)"], errors
     assert time.time() - began < 60
+
 
 
 def test_kafka_down_at_start_and_lost_for_30_s(tmp_path_factory, spark, tmp_path, fault_report):

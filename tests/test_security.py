@@ -22,6 +22,8 @@ from skyfilter.errors import SkyfilterError
 from skyfilter.kafka_clients import client_settings, connect_as, credentials_dir
 from skyfilter.kafka_local import LocalKafka, free_port_pair
 
+pytestmark = pytest.mark.slow  # every test here runs Kafka clusters or the stream job
+
 TOPIC = "alerts"  # the ACLs follow topics.alerts
 
 
