@@ -45,7 +45,7 @@ class ArchiveLane(Lane):
 
     def __init__(self, services: LaneServices, trigger: str, summaries: SummaryWriter):
         super().__init__(services, LANE)
-        plan = services.plan
+        plan = services.cell.current
         self.trigger = trigger
         self.summaries = summaries
         self.app_id = f"skyfilter:{plan.name}:{LANE}"
@@ -83,6 +83,7 @@ class ArchiveLane(Lane):
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
         self._record_schemas(self.refresh_inputs())
+        self.take_plan()
         decoded = self.plan.decode(batch)
         observation = Observation(f"archive_{next(_observation_ids)}")
         append(self._alerts(decoded.observe(observation, *archive_figures())), self.plan.tables["alerts"],

@@ -31,7 +31,7 @@ class ArchiveLogLane(Lane):
     def __init__(self, services: LaneServices, trigger: str):
         super().__init__(services, LANE)
         self.trigger = trigger
-        self.app_id = f"skyfilter:{services.plan.name}:{LANE}"
+        self.app_id = f"skyfilter:{services.cell.current.name}:{LANE}"
 
     @property
     def topics(self) -> list[str]:

@@ -75,7 +75,8 @@ class DeliveryLane(Lane):
     """The ``foreachBatch`` function of the micro-batch delivery lane."""
 
     def __init__(self, services: LaneServices, trigger: str, summaries: SummaryWriter, caps: VisitCaps,
-                 serves: Callable[[BrokerSpec], bool] = lambda broker: True, dead_letters: bool = True,
+                 serves: Callable[[BrokerSpec, StreamPlan], bool] = lambda broker, plan: True,
+                 dead_letters: bool = True,
                  quarantine: Quarantine | None = None, reloader: PlanReloader | None = None, tasks: int = 2):
         super().__init__(services, LANE)
         self.tasks = tasks  # task slots a batch uses (``pipelines/slots.py``)
@@ -89,8 +90,8 @@ class DeliveryLane(Lane):
         self._program: tuple[Hashable, DeliveryProgram] | None = None
 
     def brokers(self) -> list[BrokerSpec]:
-        """The brokers this lane delivers to now (the plan may change on reload or quarantine)."""
-        return [broker for broker in self.plan.brokers if self.serves(broker)]
+        """The brokers this lane delivers to under the plan of its batch."""
+        return [broker for broker in self.plan.brokers if self.serves(broker, self.plan)]
 
     def program(self) -> DeliveryProgram:
         """The batch query for the plan as it is now, built again only when a reload or quarantine changed it."""
@@ -119,6 +120,7 @@ class DeliveryLane(Lane):
         self.refresh_inputs()
         if self.reloader is not None and self.reloader.check() and self.quarantine is not None:
             self.quarantine.refresh()
+        self.take_plan()  # with whatever the look, the reload or a quarantine swapped in
         batch.sparkSession.conf.set(*ONE_JOB_PER_BATCH)
         batch.sparkSession.conf.set(SHUFFLE_PARTITIONS, str(self.tasks))
         program = self.program()

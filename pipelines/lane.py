@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
@@ -12,23 +11,22 @@ from pyspark.sql import SparkSession
 from pipelines.input_schemas import InputWatch
 from pipelines.monitoring import StreamMonitor
 from pipelines.outputs import register_writers
-from pipelines.stream_plan import StreamPlan
+from pipelines.stream_plan import PlanCell, StreamPlan
 from pipelines.totals import StreamTotals
 from skyfilter.errors import SkyfilterError
 from skyfilter.registry import open_registry
-
-_INPUTS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
 class LaneServices:
     """The pieces of one stream job that its delivery, real-time and archive lanes all use.
 
-    The plan is shared, not copied: hot reload and quarantine change it for every lane at once.
+    The plan is shared through its cell: hot reload, quarantine and new input schema
+    versions swap a new plan in for every lane at once.
     """
 
     spark: SparkSession
-    plan: StreamPlan
+    cell: PlanCell
     kafka_options: dict[str, str]  # the Kafka sink's connection settings
     monitor: StreamMonitor
     totals: StreamTotals
@@ -48,12 +46,18 @@ class Lane:
     def __init__(self, services: LaneServices, name: str):
         self.services = services
         self.spark = services.spark
-        self.plan = services.plan
+        self.cell = services.cell
+        self.plan: StreamPlan = services.cell.current  # the plan of the batch under way (see take_plan)
         self.kafka_options = {**services.kafka_options, "kafka.client.id": f"skyfilter-{name}"}
         self.monitor = services.monitor
         self.totals = services.totals
         self.log = services.log
         self.input_watch = InputWatch(self.plan.cfg, self.log, f"{name} lane")
+
+    def take_plan(self) -> StreamPlan:
+        """Take the plan in force now for the batch that starts (a swap never lands in the middle of a batch)."""
+        self.plan = self.cell.current
+        return self.plan
 
     def refresh_inputs(self, seen: list[int] | None = None) -> dict[int, str]:
         """Adopt the input schema versions registered since the last look; returns the new readable ones.
@@ -62,14 +66,17 @@ class Lane:
         sends alerts of it, so every id in the batch is known by then.  ``full``
         broker topics get the new version registered under its id.
         """
-        with _INPUTS_LOCK:  # the lanes of one job share the plan and look from their own threads
-            before = self.plan.inputs
-            updated = self.input_watch.check(before, seen)
+        new: dict[int, str] = {}
+
+        def adopt(plan: StreamPlan) -> StreamPlan | None:
+            updated = self.input_watch.check(plan.inputs, seen)
             if updated is None:
-                return {}
-            new = {i: text for i, text in updated.readable.items() if i not in before.readable}
-            self.plan.inputs = updated
-        full = [b.topic for b in self.plan.brokers if b.format == "full"]
+                return None
+            new.update({i: text for i, text in updated.readable.items() if i not in plan.inputs.readable})
+            return replace(plan, inputs=updated)
+
+        plan = self.cell.update(adopt)  # the lanes look from their own threads: one at a time
+        full = [b.topic for b in plan.brokers if b.format == "full"]
         try:
             for topic in full if new else []:
                 register_writers(open_registry(self.plan.cfg, output=True), topic, new)

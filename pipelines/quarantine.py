@@ -13,14 +13,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipelines.stream_plan import StreamPlan
+from pipelines.stream_plan import PlanCell, StreamPlan
 from pipelines.tables import append, is_table
 from skyfilter.config import Config
 from skyfilter.filter_loader import FilterProblem, load_filters
@@ -47,17 +47,24 @@ class FilterState:
     digest: str = ""
 
 
+def without_filter(plan: StreamPlan, name: str) -> StreamPlan:
+    """``plan`` with filter ``name`` no longer run, nor enabled for any broker."""
+    return replace(plan, filters=[f for f in plan.filters if f.name != name],
+                   brokers=[replace(b, enabled_filters=[f for f in b.enabled_filters if f != name])
+                            for b in plan.brokers])
+
+
 class Quarantine:
     """Watches each batch's Python filter errors and timings; disables offenders."""
 
-    def __init__(self, spark: SparkSession, cfg: Config, plan: StreamPlan, filters_dir: Path, log=print):
+    def __init__(self, spark: SparkSession, cfg: Config, cell: PlanCell, filters_dir: Path, log=print):
         self.spark = spark
         self.cfg = cfg
-        self.plan = plan
+        self.cell = cell
         self.log = log
         self.budget = float(cfg.get("stream.filter_time_budget_s"))
         self.errors_topic = str(cfg.get("topics.errors"))
-        self.table = plan.tables["filter_status"]
+        self.table = cell.current.tables["filter_status"]
         self.filters_dir = filters_dir
         self.states = self._initial_states(filters_dir)
         ensure_topics(cfg, {self.errors_topic: 1})
@@ -105,16 +112,17 @@ class Quarantine:
                 self._disable(name, f"still quarantined (since batch {row.batch_id}): {row.reason}")
                 self.log(f"filter '{name}' stays quarantined: its file has not changed since batch {row.batch_id}")
 
+    @property
+    def plan(self) -> StreamPlan:
+        """The plan in force now."""
+        return self.cell.current
+
     def _disable(self, name: str, reason: str) -> list[str]:
-        """Remove a filter from the plan; returns the brokers that subscribed to it."""
-        self.plan.filters = [f for f in self.plan.filters if f.name != name]
-        brokers = []
-        for broker in self.plan.brokers:
-            if name in broker.enabled_filters:
-                broker.enabled_filters.remove(name)
-                brokers.append(broker.name)
+        """Swap in a plan without the filter; returns the brokers that subscribed to it."""
+        subscribers = [b.name for b in self.plan.brokers if name in b.enabled_filters]
+        self.cell.update(lambda plan: without_filter(plan, name))
         self.states[name].state, self.states[name].reason = "quarantined", reason
-        return brokers
+        return subscribers
 
     def quarantined(self) -> list[str]:
         """The filters quarantined now."""

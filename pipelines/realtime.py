@@ -93,16 +93,17 @@ class RealtimeLane(Lane):
         self.listener = _ProgressListener(self)
         self.spark.streams.addListener(self.listener)
 
-    def brokers(self) -> list[BrokerSpec]:
-        """The brokers this lane delivers to now."""
-        return [b for b in self.plan.brokers if b.enabled_filters and realtime_refusal(b, self.plan) is None]
+    def brokers(self, plan: StreamPlan | None = None) -> list[BrokerSpec]:
+        """The brokers this lane delivers to under ``plan`` (by default the plan its query runs)."""
+        plan = plan or self.plan
+        return [b for b in plan.brokers if b.enabled_filters and realtime_refusal(b, plan) is None]
 
-    def signature(self) -> tuple:
-        """What the query was built from: its brokers, their filters and the filters' files."""
-        digests = {spec.name: spec.digest for spec in self.plan.filters}
-        return (tuple(sorted(self.plan.inputs.known)),
+    def signature(self, plan: StreamPlan) -> tuple:
+        """What a query of ``plan`` is built from: input schemas, brokers, their filters and the filters' files."""
+        digests = {spec.name: spec.digest for spec in plan.filters}
+        return (tuple(sorted(plan.inputs.known)),
                 *((b.name, b.topic, b.format, b.encoding, tuple((f, digests.get(f)) for f in b.enabled_filters))
-                  for b in self.brokers()))
+                  for b in self.brokers(plan)))
 
     def _rows(self, source: DataFrame, observed: bool = True) -> DataFrame:
         """The Kafka rows (broker topics, dead letters, delivery log) of the input rows ``source``."""
@@ -126,7 +127,8 @@ class RealtimeLane(Lane):
         self.warm_up_kafka(self.plan.output_topics(self.brokers()))
 
     def start(self) -> StreamingQuery:
-        """Start the query (resuming from its checkpoint)."""
+        """Start the query on the plan in force (resuming from its checkpoint)."""
+        self.take_plan()
         rows = self._rows(self.source)
         writer = (rows.writeStream.format("kafka").options(**self.kafka_options).queryName(f"skyfilter_{LANE}_"
                                                                                            f"{self.plan.name}")
@@ -134,7 +136,7 @@ class RealtimeLane(Lane):
         jvm = self.spark.sparkContext._jvm
         self.query = StreamingQuery(writer._jwrite.trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(
             self.interval)).start())
-        self.served = self.signature()
+        self.served = self.signature(self.plan)
         return self.query
 
     def wait_until_reading(self, timeout_s: float = 120.0) -> bool:
@@ -158,15 +160,17 @@ class RealtimeLane(Lane):
 
     def restart_if_changed(self) -> bool:
         """After a reload or a new input schema version: restart the query when what it serves changed."""
-        if self.query is None or self.signature() == self.served:
+        if self.query is None or self.signature(self.cell.current) == self.served:
             return False
-        self.log(f"realtime: restarting the Real-time Mode query for {', '.join(b.name for b in self.brokers())} "
+        self.log(f"realtime: restarting the Real-time Mode query for "
+                 f"{', '.join(b.name for b in self.brokers(self.cell.current))} "
                  f"(filters, brokers or input schemas changed)")
         self.restart()
         return True
 
     def restart(self) -> StreamingQuery:
         """Start the query again from its checkpoint, warmed up (what it sent since then is sent again)."""
+        self.take_plan()
         self.warm_up()
         self.stop()
         self.start()

@@ -3,8 +3,8 @@
 Before each batch the stream compares the size and modification time of the
 filter files and the brokers file with what it last saw.  On a change it rebuilds the filters and
 brokers against the same alert schema, creates the topics and schemas of new
-brokers, logs one line saying what changed, and runs the batch with the new
-set.  A filter whose edit is broken keeps its previous version running (and
+brokers, swaps a new plan in, logs one line saying what changed, and runs the
+batch with the new set.  A filter whose edit is broken keeps its previous version running (and
 the reason is logged); a broken brokers file keeps the previous brokers.
 Batches are never split or repeated by a reload, so no input alert is lost
 or counted twice.
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import copy
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from pipelines.outputs import prepare_outputs
-from pipelines.stream_plan import StreamPlan, resolve_filters, template_frame
+from pipelines.stream_plan import PlanCell, StreamPlan, resolve_filters, template_frame
 from skyfilter.brokers import BrokerSpec, load_brokers
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
@@ -43,13 +44,13 @@ def files_fingerprint(filters_dir: Path, brokers_file: Path) -> tuple:
 
 
 class PlanReloader:
-    """Watches a running stream's filter and broker files and updates its plan in place."""
+    """Watches a running stream's filter and broker files and swaps a new plan in when they change."""
 
-    def __init__(self, spark: SparkSession, cfg: Config, plan: StreamPlan, filters_dir: Path, brokers_file: Path,
+    def __init__(self, spark: SparkSession, cfg: Config, cell: PlanCell, filters_dir: Path, brokers_file: Path,
                  log=print):
         self.spark = spark
         self.cfg = cfg
-        self.plan = plan
+        self.cell = cell
         self.filters_dir = filters_dir
         self.brokers_file = brokers_file
         self.log = log
@@ -67,13 +68,13 @@ class PlanReloader:
             return True
 
     def reload(self) -> bool:
-        """Rebuild the filters and brokers from their files; True when what runs changed."""
-        plan = self.plan
+        """Build a plan with the filters and brokers of the files and swap it in; True when what runs changed."""
+        plan = self.cell.current
         try:
             brokers = load_brokers(self.brokers_file)
         except SkyfilterError as exc:
             self.log(f"reload: {exc}; the previous brokers stay in place")
-            brokers = [copy.copy(b) for b in plan.brokers]
+            brokers = [copy.deepcopy(b) for b in plan.brokers]
         template, _ = template_frame(self.spark, self.cfg, plan.inputs)
         previous = {spec.name: spec for spec in plan.filters}
         filters, brokers, problems = resolve_filters(template, self.filters_dir, self.brokers_file, brokers,
@@ -87,7 +88,8 @@ class PlanReloader:
         for problem in problems:
             kept = isinstance(problem, FilterProblem) and problem.path.stem in {f.name for f in filters}
             self.log(f"reload: {problem}" + ("; its previous version keeps running" if kept else ""))
-        plan.filters, plan.brokers, plan.encodings, plan.problems = filters, brokers, encodings, problems
+        self.cell.update(lambda current: replace(current, filters=filters, brokers=brokers, encodings=encodings,
+                                                 problems=problems))
         self.log(f"reload: {changes or 'no change to the running filters or brokers'}")
         return bool(changes)
 

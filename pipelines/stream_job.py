@@ -10,7 +10,8 @@
 Each lane's jobs run in their own FAIR scheduler pool (``conf/fairscheduler.xml``),
 and the archive's queries run in a bounded number of tasks (``archive.tasks``),
 so a delivery batch always finds its task slots free (``pipelines/slots.py``).  The lanes
-share one plan (filters, brokers, schemas), reloaded and quarantined in place.
+share one plan (filters, brokers, schemas) through a cell that reload, quarantine and new
+input schema versions swap new plans into.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pipelines.quarantine import Quarantine
 from pipelines.realtime import RealtimeLane, realtime_refusal, split_line
 from pipelines.reload import PlanReloader
 from pipelines.slots import Slots, check_realtime_slots, delivery_tasks
-from pipelines.stream_plan import StreamPlan
+from pipelines.stream_plan import PlanCell, StreamPlan
 from pipelines.totals import StreamTotals
 from pipelines.triggers import REALTIME, Triggers, trigger_keywords
 from skyfilter.config import Config
@@ -58,14 +59,15 @@ class StreamJob:
                  slots: Slots, log=print):
         self.spark = spark
         self.cfg = cfg
-        self.plan = plan
+        self.plan = plan  # as the job started: its name, topic, tables and checkpoints never change
+        self.cell = PlanCell(plan)  # the plan in force: reload, quarantine and new input schemas swap it
         self.triggers = triggers
         self.lanes = lanes
         self.slots = slots
         self.log = log
         self.totals = StreamTotals()
         self.monitor = StreamMonitor(cfg, plan.name, plan.topic, log)
-        self.services = LaneServices(spark, plan, spark_sink_options(cfg), self.monitor, self.totals, log)
+        self.services = LaneServices(spark, self.cell, spark_sink_options(cfg), self.monitor, self.totals, log)
         self.queries: dict[str, StreamingQuery] = {}
         self.realtime: RealtimeLane | None = None
         self.summaries: SummaryWriter | None = None
@@ -124,9 +126,9 @@ class StreamJob:
     def _start_delivery(self) -> None:
         plan, cfg = self.plan, self.cfg
         self.spark.conf.set(*V1_SOURCES_WITHOUT_KAFKA)
-        quarantine = Quarantine(self.spark, cfg, plan, cfg.path("stream.filters_dir"), self.log)
+        quarantine = Quarantine(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"), self.log)
         if cfg.get("stream.hot_reload", True):
-            self.reloader = PlanReloader(self.spark, cfg, plan, cfg.path("stream.filters_dir"),
+            self.reloader = PlanReloader(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"),
                                          cfg.path("stream.brokers"), self.log)
         realtime = self.triggers.delivery == REALTIME
         if realtime:
@@ -148,7 +150,8 @@ class StreamJob:
         label = "0s" if realtime else self.triggers.delivery
         self.delivery = DeliveryLane(
             self.services, label, self.summaries, caps,
-            serves=(lambda broker: realtime_refusal(broker, plan) is not None) if realtime else (lambda broker: True),
+            serves=(lambda broker, now: realtime_refusal(broker, now) is not None) if realtime else
+            (lambda broker, now: True),
             dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader,
             tasks=delivery_tasks(cfg, int(self.spark.sparkContext.defaultParallelism), self.slots))
         self.delivery.warm_up()

@@ -7,7 +7,9 @@ brokers) can build a fresh plan and swap it in between two batches.
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,9 +63,14 @@ def probe_batch(spark, plan: StreamPlan, alerts: int = WARM_UP_ALERTS) -> DataFr
 LANES = ("delivery", "realtime", "archive")
 
 
-@dataclass
+@dataclass(frozen=True)
 class StreamPlan:
-    """The settled inputs of one run of the stream job."""
+    """The settled inputs of one run of the stream job.
+
+    A plan never changes: hot reload, quarantine and new input schema versions
+    build a new one (``dataclasses.replace``) and swap it into the job's
+    :class:`PlanCell`.
+    """
 
     name: str
     topic: str
@@ -114,6 +121,32 @@ class StreamPlan:
         """Kafka rows of this topic, decoded without the cutouts, as filters see them (pipelines/decode.py)."""
         return decode(raw, self.inputs, self.columns, self.night_offset_hours, self.max_alert_bytes,
                       self.reader_json)
+
+
+class PlanCell:
+    """The stream's current plan, shared by its lanes, reloader and quarantine.
+
+    A change builds a new plan from the current one and swaps it in
+    (:meth:`update`, one change at a time); each lane takes the current plan at
+    the start of a batch, so a batch runs with one plan from start to end.
+    """
+
+    def __init__(self, plan: StreamPlan):
+        self._plan = plan
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> StreamPlan:
+        """The plan in force now."""
+        return self._plan
+
+    def update(self, change: Callable[[StreamPlan], StreamPlan | None]) -> StreamPlan:
+        """Swap in ``change(current)`` (nothing when it returns None); returns the plan in force after."""
+        with self._lock:
+            new = change(self._plan)
+            if new is not None:
+                self._plan = new
+            return self._plan
 
 
 def delivery_log_topic(topic: str, name: str) -> str:

@@ -7,11 +7,17 @@ by key.
 Keys are addressed with dots (``kafka.bootstrap_servers``).  A missing key is a
 one-line :class:`SkyfilterError` naming the key and the file.  Relative paths are
 relative to the project root (the folder holding ``conf/``).
+
+``conf/local.yaml`` is the one place defaults live: every key any file or
+``--set`` gives is checked against it when a config is loaded, so a misspelt or
+unknown key, or a value of the wrong kind, is one error naming the file and the
+key (:func:`check_settings`) instead of a setting silently ignored.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 from pathlib import Path
 from typing import Any
@@ -23,6 +29,8 @@ from skyfilter.versions import PROJECT_ROOT
 
 DEFAULT_CONFIG = PROJECT_ROOT / "conf" / "local.yaml"
 _MISSING = object()
+# Mappings handed to a library as they are (librdkafka and Spark source settings): any key goes.
+OPEN_SECTIONS = {"producer", "stream.source_options"}
 
 
 class Config:
@@ -46,9 +54,12 @@ class Config:
         value sets the key to null, as ``--set key=null`` does)."""
         path = Path(path or os.environ.get("SKYFILTER_CONFIG") or DEFAULT_CONFIG).resolve()
         data = _read_yaml(path)
+        reference = data if path == DEFAULT_CONFIG.resolve() else _read_yaml(DEFAULT_CONFIG)
+        check_settings(data, reference, str(path))
         root = path.parent.parent if path.parent.name == "conf" else path.parent
         cfg = cls(data, path, root)
         for key, value in (overrides or {}).items():
+            check_settings(_nested(key, value), reference, f"--set {key}")
             cfg.set(key, value)
         return cfg
 
@@ -112,6 +123,49 @@ class Config:
     @property
     def bootstrap_servers(self) -> str:
         return str(self.get("kafka.bootstrap_servers"))
+
+
+def check_settings(data: dict, reference: dict, source: str, prefix: str = "") -> None:
+    """Raise one clear error for the first key of ``data`` that ``reference`` (the defaults) does not know, or
+    whose value is not of the kind its default is.
+
+    Kinds: a true/false default takes true or false; a number, a number; a list, a
+    list; a mapping, a mapping of known keys; ``auto`` or null, anything; other
+    text, any single value.  Null is accepted everywhere (it means off or unset).
+    """
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in reference:
+            close = difflib.get_close_matches(str(key), [str(k) for k in reference], n=1)
+            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            raise SkyfilterError(f"{source}: unknown config key '{dotted}'{hint}")
+        expected = reference[key]
+        problem = _kind_problem(value, expected)
+        if problem:
+            raise SkyfilterError(f"{source}: config key '{dotted}' {problem}, not {value!r}")
+        if isinstance(value, dict) and isinstance(expected, dict) and dotted not in OPEN_SECTIONS:
+            check_settings(value, expected, source, f"{dotted}.")
+
+
+def _kind_problem(value: Any, expected: Any) -> str | None:
+    if value is None or expected is None or expected == "auto":
+        return None
+    if isinstance(expected, bool):
+        return None if isinstance(value, bool) else "must be true or false"
+    if isinstance(expected, (int, float)):
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "must be a number"
+    if isinstance(expected, list):
+        return None if isinstance(value, list) else "must be a list"
+    if isinstance(expected, dict):
+        return None if isinstance(value, dict) else "must be a mapping of settings"
+    return "must be a single value" if isinstance(value, (dict, list)) else None
+
+
+def _nested(key: str, value: Any) -> dict:
+    """``a.b.c=value`` as ``{a: {b: {c: value}}}``."""
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
 
 
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:

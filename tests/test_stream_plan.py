@@ -18,7 +18,8 @@ from pipelines.delivery_log import SummaryWriter
 from pipelines.filter_stream import run
 from pipelines.lane import LaneServices
 from pipelines.monitoring import StreamMonitor
-from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, build_plan, probe_batch
+from pipelines.quarantine import without_filter
+from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, PlanCell, build_plan, probe_batch
 from pipelines.totals import StreamTotals
 from producers.command import ProduceOptions, produce
 from skyfilter.registry import open_registry, subject_for
@@ -52,7 +53,7 @@ def planned(kafka_cfg, spark, tmp_path_factory):
     schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
     plan = build_plan(spark, kafka_cfg, TOPIC, TOPIC, folder / "filters", folder / "brokers.yaml", schema)
     monitor = StreamMonitor(kafka_cfg.copy(), TOPIC, TOPIC)
-    lane = DeliveryLane(LaneServices(spark, plan, {}, monitor, StreamTotals()), "0s",
+    lane = DeliveryLane(LaneServices(spark, PlanCell(plan), {}, monitor, StreamTotals()), "0s",
                         SummaryWriter(kafka_cfg, "unused"), VisitCaps())
     yield {"plan": plan, "lane": lane, "folder": folder}
     monitor.close()
@@ -166,8 +167,13 @@ def test_a_batch_replays_the_query_built_once_per_plan(spark, planned, monkeypat
     later = _round_trips(monkeypatch, lambda: lane.outgoing(raw, 2))
     assert later * 5 < first, (first, later)
     program = lane.program()
-    lane.plan.brokers[0].enabled_filters.remove("negative")  # what a quarantine does
+    before = lane.plan
+    lane.cell.update(lambda plan: without_filter(plan, "negative"))  # what a quarantine does
+    assert lane.plan is before and lane.program() is program, "a swap lands at the next batch, not in this one"
     try:
+        lane.take_plan()
         assert lane.program() is not program, "a changed plan gets a new query"
+        assert "negative" in before.brokers[0].enabled_filters, "the plan a batch runs with never changes"
     finally:
-        lane.plan.brokers[0].enabled_filters.append("negative")
+        lane.cell.update(lambda plan: before)
+        lane.take_plan()

@@ -288,3 +288,21 @@ def test_memory_of_a_process_tree_by_process():
     daemon = ["/venv/bin/python", "-m", "pyspark.daemon", "pyspark.worker"]
     assert not spawning_copy(daemon, daemon)  # forked Python workers hold memory of their own: counted
     assert process_label(daemon) == "pyspark.daemon" and process_label(java) == "java"
+
+
+def test_a_misspelt_key_or_a_wrong_kind_of_value_is_one_line_naming_the_file_and_key(tmp_path):
+    for name in ("local", "cluster", "secure", "docker"):
+        Config.load(ROOT / "conf" / f"{name}.yaml")  # every shipped file is valid
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"extends: {ROOT / 'conf' / 'local.yaml'}\nstream:\n  trigerr: 5s\n")
+    with pytest.raises(SkyfilterError, match=r"mine.yaml: unknown config key 'stream.trigerr' "
+                                             r"\(did you mean 'stream.trigger'\?\)"):
+        Config.load(path)
+    path.write_text(f"extends: {ROOT / 'conf' / 'local.yaml'}\nstream:\n  hot_reload: sometimes\n")
+    with pytest.raises(SkyfilterError, match="config key 'stream.hot_reload' must be true or false"):
+        Config.load(path)
+    with pytest.raises(SkyfilterError, match=r"--set archive.tasks: config key 'archive.tasks' must be a number"):
+        Config.load(overrides={"archive.tasks": "two"})
+    path.write_text(f"extends: {ROOT / 'conf' / 'local.yaml'}\nproducer:\n  socket.timeout.ms: 1000\n")
+    cfg = Config.load(path, overrides={"stream.trigger": "realtime", "monitoring.port": None})
+    assert cfg.get("stream.trigger") == "realtime" and cfg.get("producer")["socket.timeout.ms"] == 1000
