@@ -22,7 +22,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipelines.archive_process import ArchiveProcess, runs_apart  # noqa: E402
-from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
+from pipelines.job_config import add_common_arguments, job_main  # noqa: E402
 from pipelines.kafka_watch import wait_until_reachable  # noqa: E402
 from pipelines.realtime import auto_trigger  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
@@ -31,7 +31,7 @@ from pipelines.stream_job import StreamJob  # noqa: E402
 from pipelines.stream_plan import build_plan, wait_for_schema  # noqa: E402
 from pipelines.totals import StreamTotals, summary_lines  # noqa: E402
 from pipelines.triggers import REALTIME, Triggers, duration  # noqa: E402
-from skyfilter.config import Config  # noqa: E402
+from skyfilter.config import Config, config_from_args  # noqa: E402
 from skyfilter.kafka_clients import act_as  # noqa: E402
 from skyfilter.topics import topic_partitions  # noqa: E402
 

@@ -6,26 +6,13 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from skyfilter.config import Config, parse_overrides
+from skyfilter.config import add_config_arguments
 from skyfilter.errors import SkyfilterError
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML config (default: conf/local.yaml or $SKYFILTER_CONFIG)")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: kafka.bootstrap_servers)")
-    parser.add_argument("--state-dir", help="where checkpoints and Delta tables live (default: state_dir)")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
-                        help="override a config key (repeatable)")
-
-
-def config_from_args(args: argparse.Namespace, flags: dict[str, object] | None = None) -> Config:
-    """The config named by --config, with --set overrides and the job's own flags on top."""
-    cfg = Config.load(args.config, parse_overrides(args.set))
-    every = {"kafka.bootstrap_servers": args.bootstrap, "state_dir": args.state_dir, **(flags or {})}
-    for key, value in every.items():
-        if value is not None:
-            cfg.set(key, value)
-    return cfg
+    """--config, --set, --state-dir and --bootstrap: the same flags as the ``skyfilter`` commands."""
+    add_config_arguments(parser, "where checkpoints and Delta tables live", bootstrap=True)
 
 
 def job_main(prog: str, work: Callable[[], object]) -> int:

@@ -21,10 +21,11 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 from pyspark.sql import functions as F  # noqa: E402
 
-from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
+from pipelines.job_config import add_common_arguments, job_main  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.tables import table_paths  # noqa: E402
 from skyfilter.alert_columns import current_night  # noqa: E402
+from skyfilter.config import config_from_args  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
 
 DELTA_MIN_RETENTION_HOURS = 168

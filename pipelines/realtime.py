@@ -190,7 +190,7 @@ class RealtimeLane(Lane):
             return None
         schema_id = int(found.group(1))
         self.refresh_inputs(seen=[schema_id])
-        if schema_id not in self.plan.inputs.known:
+        if schema_id not in self.cell.current.inputs.known:  # settled here, or by a micro-batch lane before
             return None
         self.log(f"realtime: alerts of input schema id {schema_id} arrived: restarting the Real-time Mode query")
         return self.restart()

@@ -30,14 +30,14 @@ from pipelines.caps import VisitCaps  # noqa: E402
 from pipelines.decode import is_accepted  # noqa: E402
 from pipelines.filter_eval import add_filter_columns  # noqa: E402
 from pipelines.input_schemas import InputSchemas  # noqa: E402
-from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
+from pipelines.job_config import add_common_arguments, job_main  # noqa: E402
 from pipelines.night_reader import NightSelection, parse_visits, read_messages  # noqa: E402
 from pipelines.outgoing import add_broker_matches, kafka_rows, match_rows  # noqa: E402
 from pipelines.outputs import prepare_outputs, register_writers  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.stream_plan import configured_cutouts, resolve_filters  # noqa: E402
 from pipelines.tables import table_paths  # noqa: E402
-from skyfilter.config import Config  # noqa: E402
+from skyfilter.config import Config, config_from_args  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
 from skyfilter.kafka_clients import act_as, client_settings, spark_sink_options  # noqa: E402
 from skyfilter.registry import open_registry  # noqa: E402

@@ -124,9 +124,10 @@ class StreamJob:
                               self.plan.delivery_log_topic)
 
     def _start_delivery(self) -> None:
-        plan, cfg = self.plan, self.cfg
+        cfg = self.cfg
         self.spark.conf.set(*V1_SOURCES_WITHOUT_KAFKA)
         quarantine = Quarantine(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"), self.log)
+        plan = self.cell.current  # without the filters an earlier run quarantined
         if cfg.get("stream.hot_reload", True):
             self.reloader = PlanReloader(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"),
                                          cfg.path("stream.brokers"), self.log)

@@ -19,9 +19,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.job_config import add_common_arguments, config_from_args, job_main  # noqa: E402
+from pipelines.job_config import add_common_arguments, job_main  # noqa: E402
 from pipelines.session import get_spark  # noqa: E402
 from pipelines.tables import table_paths  # noqa: E402
+from skyfilter.config import config_from_args  # noqa: E402
 from skyfilter.errors import SkyfilterError  # noqa: E402
 
 # One query per stream; {matches} and {metrics} are the stream's tables.

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from skyfilter.config import Config, parse_overrides
+from skyfilter.config import Config, add_config_arguments, config_from_args
 from skyfilter.errors import SkyfilterError
 
 DESCRIPTION = """skyfilter: the streaming filter stage of an astronomical alert stream.
@@ -18,15 +18,6 @@ DESCRIPTION = """skyfilter: the streaming filter stage of an astronomical alert 
 Producers publish Avro alerts to Kafka; the Spark job pipelines/filter_stream.py
 applies SQL and Python filters and fans matches out to per-broker topics,
 archiving every night to Delta tables."""
-
-
-def _common(parser: argparse.ArgumentParser, state_dir: str | None = None) -> None:
-    """--config and --set on every subcommand; --state-dir (described by ``state_dir``) where it applies."""
-    if state_dir:
-        parser.add_argument("--state-dir", help=f"{state_dir} (default: state_dir)")
-    parser.add_argument("--config", help="YAML config (default: conf/local.yaml or $SKYFILTER_CONFIG)")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
-                        help="override a config key, e.g. --set kafka.heap=1g (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "a secure cluster from brokers.yaml (start does it too)")
     kafka.add_argument("--nodes", type=int, help="number of KRaft nodes (default: kafka.nodes)")
     kafka.add_argument("--port", type=int, help="client port of node 1 (default: kafka.base_port)")
-    _common(kafka, "where Kafka data and logs live")
+    add_config_arguments(kafka, "where Kafka data and logs live")
 
     spark = commands.add_parser(
         "spark", help="start or stop a Spark standalone cluster on this machine",
@@ -57,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     spark.add_argument("action", choices=["start-cluster", "stop-cluster", "status"])
     spark.add_argument("--workers", type=int, help="start-cluster: number of workers (default: spark_cluster.workers)")
-    _common(spark, "where daemon logs and work folders live")
+    add_config_arguments(spark, "where daemon logs and work folders live")
 
     status = commands.add_parser(
         "status", help="one screen for operators: streams, last batch, rates, Kafka lag, cluster",
@@ -65,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(no Spark needed): each stream's state, last batch, rates, consumer lag per partition, "
                     "totals, quarantined filters and dead letters; then the local Kafka and Spark cluster.")
     status.add_argument("--name", help="only this stream (default: every stream under the state dir)")
-    _common(status, "the state dir to look in")
+    add_config_arguments(status, "the state dir to look in")
 
     registry = commands.add_parser(
         "registry", help="serve the embedded schema registry to standard clients, or list what it holds",
@@ -77,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_argument("action", choices=["serve", "list"])
     registry.add_argument("--host", help="serve: address to listen on (default: schema_registry.serve.host)")
     registry.add_argument("--port", type=int, help="serve: port (default: schema_registry.serve.port)")
-    _common(registry)
+    add_config_arguments(registry)
 
     consume = commands.add_parser(
         "consume", help="read a topic decoded through the registry: print JSON lines or write Avro/JSON files",
@@ -98,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--output-dir", type=Path, help="write one file per message here instead of printing")
     consume.add_argument("--format", choices=["json", "avro"], default="json", dest="output_format",
                          help="file format with --output-dir (default json)")
-    _common(consume)
+    add_config_arguments(consume)
 
     produce = commands.add_parser(
         "produce", help="simulate visits of Rubin alerts, or replay Avro files, into Kafka",
@@ -123,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--topic", help="Kafka topic (default: topics.alerts)")
     produce.add_argument("--bootstrap", help="Kafka bootstrap servers (default: kafka.bootstrap_servers)")
     produce.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _common(produce)
+    add_config_arguments(produce)
 
     filters = commands.add_parser(
         "filters", help="check filters, try one on sample alerts, or show their states in a stream",
@@ -150,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     source = filters.add_mutually_exclusive_group()
     source.add_argument("--topic", help="check against the schema registered for this topic")
     source.add_argument("--schema", help="check against a schema file (.avsc) or an Avro container file (.avro)")
-    _common(filters, "status, test --night: the stream's state")
+    add_config_arguments(filters, "status, test --night: the stream's state")
 
     demo = commands.add_parser("demo", help="run a small simulated night end to end (what `make demo` does)",
                                description="Start a fresh local Kafka under <state_dir>/demo, start the "
@@ -163,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--trigger", default="auto", help="delivery trigger (default auto: Real-time Mode when it can "
                       "serve every broker, else micro-batches back to back)")
     demo.add_argument("--keep", action="store_true", help="leave Kafka running afterwards")
-    _common(demo)
+    add_config_arguments(demo)
 
     bench = commands.add_parser(
         "bench", help="run one benchmark experiment (results into bench/results)",
@@ -191,10 +182,7 @@ BENCHMARKS = {
 
 def load_config(args: argparse.Namespace) -> Config:
     """The config file named by --config, with --set overrides and --state-dir applied."""
-    cfg = Config.load(args.config, parse_overrides(args.set))
-    if getattr(args, "state_dir", None):
-        cfg.set("state_dir", args.state_dir)
-    return cfg
+    return config_from_args(args)
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:
