@@ -169,6 +169,8 @@ def test_kubernetes_manifests_match_the_compose_file():
     assert deployments["spark-worker"]["spec"]["replicas"] == len(WORKERS)
     stream = containers["stream"]["command"]
     assert stream == SERVICES["stream"]["command"] + ["--bootstrap", "skyfilter-kafka-bootstrap:9092"]
+    assert containers["registry"]["command"] == SERVICES["registry"]["command"] + [
+        "--set", "kafka.bootstrap_servers=skyfilter-kafka-bootstrap:9092"]
     assert {c["image"] for c in containers.values()} == {"skyfilter:latest"}
     annotations = deployments["stream"]["spec"]["template"]["metadata"]["annotations"]
     assert int(annotations["prometheus.io/port"]) == int(CFG.get("monitoring.port"))
