@@ -33,7 +33,7 @@ from pipelines.filter_eval import (
     merge_reports,
     validate_filters,
 )
-from pipelines.input_schemas import single_schema
+from pipelines.input_schemas import InputSchemas
 from pipelines.night_reader import NightSelection, read_messages
 from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA
 from pipelines.tables import table_paths
@@ -43,6 +43,7 @@ from skyfilter.config import Config
 from skyfilter.delivery import percentile
 from skyfilter.errors import SkyfilterError
 from skyfilter.filter_loader import FilterSpec, load_filters
+from skyfilter.reader_schema import reader_for
 from skyfilter.wire import frame
 
 SQL_TIMING_RUNS = 10
@@ -83,20 +84,30 @@ class TrialReport:
 
 
 def sample_frame(spark: SparkSession, cfg: Config, paths: list[str | Path]) -> tuple[DataFrame, str]:
-    """The alerts of Avro container files, decoded exactly as the stream decodes Kafka messages."""
+    """The alerts of Avro container files, decoded exactly as the stream decodes Kafka messages.
+
+    Files of several versions of one survey's schema are read as the stream reads a topic
+    that carries them: each with its own schema, onto the newest one widened
+    (``skyfilter/reader_schema.py``).
+    """
     files = avro_files(paths)
-    schema, rows, now = None, [], dt.datetime.now(dt.UTC)
+    writers: dict[str, int] = {}  # fingerprint -> id, in the order first seen
+    schemas: list[tuple[int, dict]] = []
+    rows, now = [], dt.datetime.now(dt.UTC)
     for path in files:
         file_schema, records = read_container(path)
-        if schema is None:
-            schema = file_schema
-        elif fingerprint(file_schema) != fingerprint(schema):
-            raise SkyfilterError(f"{path}: another schema than {files[0]}; test one schema at a time")
-        rows += [(None, frame(0, record.body), "sample", 0, len(rows) + i, now, 0) for i, record in enumerate(records)]
-    text = schema_text(schema)
+        schema_id = writers.setdefault(fingerprint(file_schema), len(writers))
+        if schema_id == len(schemas):
+            schemas.append((schema_id, file_schema))
+        rows += [(None, frame(schema_id, record.body), "sample", 0, len(rows) + i, now, 0)
+                 for i, record in enumerate(records)]
+    reader, unreadable = reader_for(schemas)
+    if unreadable:
+        raise SkyfilterError(f"{files[0].parent}: sample files of other alerts than the others: "
+                             f"{next(iter(unreadable.values()))}; test one survey's alerts at a time")
+    inputs = InputSchemas("sample", reader, {i: schema_text(schema) for i, schema in schemas})
     raw = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
-    decoded = decode(raw, single_schema("sample", 0, text), detect(json.loads(text), cfg),
-                     float(cfg.get("stream.night_offset_hours")))
+    decoded = decode(raw, inputs, detect(reader, cfg), float(cfg.get("stream.night_offset_hours")))
     return decoded, f"{len(files)} sample file(s)"
 
 

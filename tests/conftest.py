@@ -234,3 +234,17 @@ def stream_process(cfg: Config, topic: str, folder: Path, extra: list[str]) -> t
         assert job.poll() is None and time.time() < deadline, "\n".join(lines[-20:])
         time.sleep(0.5)
     return job, lines
+
+
+def rewrite_as_ztf_402(path: Path, target: Path) -> dict:
+    """Write the real ZTF 3.3 alert of container file ``path`` as ZTF 4.02 (no 4.x alerts are published: Avro
+    resolution reads the 3.3 alert with the 4.02 schema) to ``target``; returns the 3.3 record."""
+    schema = json.loads((DATA / "ztf-4.02" / "alert.avsc").read_text())
+    with open(path, "rb") as handle:
+        reader = fastavro.reader(handle, reader_schema=schema)
+        alerts = list(reader)
+    with open(target, "wb") as handle:
+        fastavro.writer(handle, fastavro.parse_schema(schema), alerts)
+    with open(path, "rb") as handle:
+        return next(iter(fastavro.reader(handle)))
+

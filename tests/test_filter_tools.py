@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 
-from conftest import DATA, ROOT, decode_messages, stream_args, write_files
+from conftest import DATA, ROOT, decode_messages, rewrite_as_ztf_402, stream_args, write_files
 from pipelines.filter_stream import run
 from producers.command import ProduceOptions, produce
 from skyfilter.avro_schemas import avro_files, read_container, rubin_schema
@@ -84,3 +85,22 @@ def test_filters_test_on_an_archived_night_times_python_alert_by_alert(kafka_cfg
 def test_filters_test_errors_are_one_line(spark, tmp_path, capsys):
     assert main(["filters", "test", "nope", "--sample", str(DATA / "lsst-v10")]) == 2
     assert "no filter 'nope' in" in capsys.readouterr().err
+
+
+def test_filters_test_reads_sample_files_of_several_schema_versions(spark, tmp_path, capsys):
+    """Half the real ZTF 3.3 alerts rewritten as ZTF 4.02: one trial over both, as a topic carrying both is read."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    records = []
+    for index, path in enumerate(avro_files([DATA / "ztf-3.3"])[:10]):
+        if index % 2:
+            records.append(rewrite_as_ztf_402(path, folder / path.name))
+        else:
+            records.append(next(read_container(path)[1]).record)
+            shutil.copy(path, folder / path.name)
+    write_files(tmp_path / "filters", {"bright.sql": "candidate.magpsf < 18.5"})
+    assert main(["filters", "test", "bright", "--filters-dir", str(tmp_path / "filters"),
+                 "--sample", str(folder)]) == 0
+    report = _report(capsys.readouterr().out)
+    assert int(report["alerts scanned"]) == 10
+    assert int(report["matched"]) == sum(r["candidate"]["magpsf"] < 18.5 for r in records)

@@ -9,12 +9,12 @@ import json
 import fastavro
 import pytest
 
-from conftest import DATA, stream_args, write_files
+from conftest import DATA, rewrite_as_ztf_402, stream_args, write_files
 from pipelines import replay_night
 from pipelines.filter_stream import run
 from producers.command import ProduceOptions, produce
 from skyfilter.alert_columns import detect
-from skyfilter.avro_schemas import avro_files, read_container, rubin_schema, rubin_versions
+from skyfilter.avro_schemas import avro_files, rubin_schema, rubin_versions
 from skyfilter.delivery import read_topic
 from skyfilter.wire import unframe
 
@@ -60,10 +60,7 @@ def test_ztf_4_02_is_recognised_filtered_archived_and_restored(kafka_cfg, spark,
     folder = tmp_path / "ztf402"
     folder.mkdir()
     for path in avro_files([DATA / "ztf-3.3"])[:12]:
-        writer, [record] = read_container(path)[0], list(read_container(path)[1])
-        alert = fastavro.schemaless_reader(io.BytesIO(record.body), writer, schema)
-        with open(folder / path.name, "wb") as handle:
-            fastavro.writer(handle, fastavro.parse_schema(schema), [alert])
+        rewrite_as_ztf_402(path, folder / path.name)
     topic = "ver.ztf_4_02"
     write_files(tmp_path / "filters", {"detected.sql": "candidate.magpsf < 19"})
     (tmp_path / "brokers.yaml").write_text(BROKERS.replace("ver_full", "ver_ztf402"))
