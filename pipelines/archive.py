@@ -26,6 +26,7 @@ from pyspark.sql.avro.functions import from_avro, to_avro
 
 from pipelines.tables import is_table
 from skyfilter.avro_schemas import cutout_fields, schema_text
+from skyfilter.errors import SkyfilterError
 from skyfilter.wire import HEADER_SIZE, frame
 
 MESSAGE_KEY = ["night", "kafka_topic", "kafka_partition", "kafka_offset"]
@@ -86,19 +87,13 @@ def archived_schemas(spark: SparkSession, path: Path, ids: list[int]) -> dict[in
     rows = {r.schema_id: r.schema_json for r in spark.read.format("delta").load(str(path)).collect()}
     missing = [i for i in ids if i not in rows]
     if missing:
-        from skyfilter.errors import SkyfilterError
-
         raise SkyfilterError(f"{path}: no archived schema with id {', '.join(map(str, missing))}")
     return {i: rows[i] for i in ids} if ids else rows
 
 
 def archived_schema(spark: SparkSession, path: Path, schema_id: int | None = None) -> tuple[int, str]:
     """The (id, JSON) of an archived writer schema (the only one, or the one with ``schema_id``)."""
-    rows = spark.read.format("delta").load(str(path)).collect()
-    if schema_id is not None:
-        rows = [r for r in rows if r.schema_id == schema_id]
-    if len(rows) != 1:
-        from skyfilter.errors import SkyfilterError
-
-        raise SkyfilterError(f"{path}: expected one archived schema, found {len(rows)}")
-    return rows[0].schema_id, rows[0].schema_json
+    found = archived_schemas(spark, path, [] if schema_id is None else [schema_id])
+    if len(found) != 1:
+        raise SkyfilterError(f"{path}: expected one archived schema, found {len(found)}")
+    return next(iter(found.items()))

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from pipelines.input_schemas import NEW_SCHEMA_ERROR, InputSchemas
+from pipelines.input_schemas import NEW_SCHEMA_ERROR, InputSchemas, per_writer
 from pipelines.steps import Step, apply_steps, select
 from skyfilter.alert_columns import MJD_UNIX_EPOCH, AlertColumns
 from skyfilter.avro_schemas import schema_text
@@ -70,11 +70,8 @@ def decode_steps(schemas: InputSchemas, columns: AlertColumns, night_offset_hour
     if max_bytes:
         framed_ok = framed_ok & (F.length(value) <= max_bytes)
     body = F.expr("substring(value, 6)")
-    alert = None
-    for schema_id, writer in schemas.readable.items():  # each message is decoded by one branch: its writer's
-        branch = framed_ok & (header_id == schema_id)
-        decoded = from_avro(body, writer, options)
-        alert = F.when(branch, decoded) if alert is None else alert.when(branch, decoded)
+    alert = per_writer(F.when(framed_ok, header_id),
+                       {schema_id: from_avro(body, writer, options) for schema_id, writer in schemas.readable.items()})
     with_alert = select(
         F.col("topic").alias("kafka_topic"), F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"), F.col("timestamp").alias("kafka_timestamp"),

@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
-from skyfilter.reader_schema import SAME_FAMILY_SHARE, reader_for, schema_name, unreadable_reason
+from skyfilter.reader_schema import reader_for, reading_problem, schema_name
 from skyfilter.registry import open_registry, subject_for
-from skyfilter.schema_compat import read_problems
 
 # A Real-time Mode query, which cannot look at the registry between records, stops on an id it does not know
 # with an error carrying this text; the lane then reads the registry and starts again (pipelines/realtime.py).
@@ -61,14 +63,15 @@ class InputSchemas:
         return replace(self, unreadable={**self.unreadable, **reasons})
 
 
-def reading_problem(reader: dict, schema_id: int, text: str) -> str | None:
-    """Why alerts of writer ``schema_id`` cannot be read as ``reader`` (None when they can)."""
-    writer = json.loads(text)
-    names = {f["name"] for f in reader["fields"]}
-    if len(names & {f["name"] for f in writer["fields"]}) < SAME_FAMILY_SHARE * len(names):
-        return unreadable_reason(schema_id, writer, ["it shares few top-level fields with the stream's schema"])
-    problems = read_problems(reader, writer)
-    return None if not problems else unreadable_reason(schema_id, writer, problems)
+def per_writer(schema_id: Column, values: dict[int, Column]) -> Column:
+    """The value of each message's writer schema: ``values[id]`` for the id ``schema_id`` holds (null for others).
+
+    A CASE evaluates only the branch a row takes, so each message pays for its own writer's value alone.
+    """
+    case = None
+    for writer_id, value in values.items():
+        case = F.when(schema_id == writer_id, value) if case is None else case.when(schema_id == writer_id, value)
+    return case if case is not None else F.lit(None)
 
 
 def single_schema(topic: str, schema_id: int, text: str) -> InputSchemas:
@@ -81,10 +84,9 @@ def load_input_schemas(cfg: Config, topic: str, newest: tuple[int, str]) -> Inpu
     registry = open_registry(cfg)
     ids = registry.versions(subject_for(topic))
     ids = ids[:ids.index(newest[0])] if newest[0] in ids else ids
-    writers = [(i, json.loads(registry.schema(i))) for i in ids] + [(newest[0], json.loads(newest[1]))]
-    reader, unreadable = reader_for(writers)
-    texts = {i: registry.schema(i) for i in ids} | {newest[0]: newest[1]}
-    return InputSchemas(topic, reader, {i: texts[i] for i, _ in writers if i not in unreadable}, unreadable)
+    texts = {i: registry.schema(i) for i in ids} | {newest[0]: newest[1]}  # oldest first, newest last
+    reader, unreadable = reader_for([(i, json.loads(text)) for i, text in texts.items()])
+    return InputSchemas(topic, reader, {i: text for i, text in texts.items() if i not in unreadable}, unreadable)
 
 
 class InputWatch:

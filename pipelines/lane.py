@@ -77,9 +77,12 @@ class Lane:
 
         plan = self.cell.update(adopt)  # the lanes look from their own threads: one at a time
         full = [b.topic for b in plan.brokers if b.format == "full"]
+        if not (new and full):
+            return new
         try:
-            for topic in full if new else []:
-                register_writers(open_registry(self.plan.cfg, output=True), topic, new)
+            registry = open_registry(plan.cfg, output=True)
+            for topic in full:
+                register_writers(registry, topic, new)
         except SkyfilterError as exc:
             self.log(f"input schemas: {exc}")
         return new

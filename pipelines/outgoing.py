@@ -33,6 +33,7 @@ from pyspark.sql.avro.functions import to_avro
 
 from pipelines.decode import is_accepted
 from pipelines.filter_eval import filter_column
+from pipelines.input_schemas import per_writer
 from pipelines.steps import Step, apply_steps, select, with_columns
 from skyfilter.brokers import BrokerSpec
 from skyfilter.wire import HEADER_SIZE, frame
@@ -84,11 +85,7 @@ class Encoding:
             return None
         if not self.original:
             return F.lit(self.schema_json.encode())
-        key = None
-        for schema_id, text in writers.items():
-            branch = F.col("schema_id") == schema_id
-            key = F.when(branch, F.lit(text.encode())) if key is None else key.when(branch, F.lit(text.encode()))
-        return key
+        return per_writer(F.col("schema_id"), {i: F.lit(text.encode()) for i, text in writers.items()})
 
 
 def filter_names(matched: Column) -> Column:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import signal
 import threading
 import time
@@ -35,6 +34,7 @@ from pipelines.delivery_lane import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
 from pipelines.delivery_log import SummaryWriter, delivered_so_far
 from pipelines.kafka_watch import KafkaWatch
 from pipelines.lane import LaneServices
+from pipelines.lane_failures import failure_line, is_spark_55271
 from pipelines.monitoring import StreamMonitor
 from pipelines.quarantine import Quarantine
 from pipelines.realtime import RealtimeLane, realtime_refusal, split_line
@@ -205,7 +205,7 @@ class StreamJob:
             if query is not None:
                 self.queries[REALTIME] = query
             return query
-        if lane in self.recovered or lane not in self.triggered or not _spark_55271(exc):
+        if lane in self.recovered or lane not in self.triggered or not is_spark_55271(exc):
             return None
         self.recovered.add(lane)
         self.log(f"{lane} lane: Spark 4.1.1 failed reporting the progress of the batch recovered from its "
@@ -377,21 +377,7 @@ class StreamJob:
 
     def failure(self, lane: str, exc: BaseException) -> SkyfilterError:
         """One line for the user; the whole error goes to a log file next to the status file."""
-        text = str(exc)
-        path = self.cfg.run_dir / f"filter_stream.{self.plan.name}.error.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        python_errors = [line.strip() for line in text.splitlines()
-                         if re.match(r"^\s*[A-Za-z_.]+(Error|Exception):", line)]
-        reason = python_errors[-1] if python_errors else (text.strip().splitlines() or ["unknown error"])[0]
-        return SkyfilterError(f"stream '{self.plan.name}' failed in its {lane} lane: {reason[:300]} "
-                              f"(full error in {path})")
-
-
-def _spark_55271(exc: BaseException) -> bool:
-    """Whether a query failed on Spark 4.1.1's NullPointerException in the Kafka source's progress metrics."""
-    text = str(exc)
-    return "IterableOps.map" in text and "Option.get()" in text and "is null" in text
+        return failure_line(self.plan.name, lane, exc, self.cfg.run_dir / f"filter_stream.{self.plan.name}.error.log")
 
 
 class _pool:

@@ -46,27 +46,28 @@ def reader_for(writers: list[tuple[int, dict]]) -> tuple[dict, dict[int, str]]:
     """
     if not writers:
         raise ValueError("no writer schema")
-    newest_id, newest = writers[-1]
-    reader = clean_schema(newest)
+    reader = clean_schema(writers[-1][1])
     unreadable: dict[int, str] = {}
     for schema_id, writer in reversed(writers[:-1]):
-        share = _shared_share(reader, writer)
-        if share < SAME_FAMILY_SHARE:
-            unreadable[schema_id] = (f"schema id {schema_id} ({schema_name(writer)}) shares {share:.0%} of its "
-                                     f"top-level fields with schema id {newest_id} ({schema_name(newest)}): "
-                                     f"not the same alerts")
-            continue
         candidate = widened(reader, writer)
-        problems = read_problems(candidate, writer)
-        if problems:
-            unreadable[schema_id] = unreadable_reason(schema_id, writer, problems)
-            continue
-        reader = candidate
+        problem = reading_problem(candidate, schema_id, writer)
+        if problem is None:
+            reader = candidate
+        else:
+            unreadable[schema_id] = problem
     return reader, unreadable
 
 
-def unreadable_reason(schema_id: int, writer: dict | str, problems: list[str]) -> str:
-    """One line: why alerts of writer ``schema_id`` cannot be read as the stream's reader schema."""
+def reading_problem(reader: dict, schema_id: int, writer: dict | str) -> str | None:
+    """One line saying why alerts of writer ``schema_id`` cannot be read as ``reader`` (None when they can)."""
+    writer = json.loads(writer) if isinstance(writer, str) else writer
+    share = _shared_share(reader, writer)
+    if share < SAME_FAMILY_SHARE:
+        problems = [f"it shares {share:.0%} of the top-level fields of {schema_name(reader)}: not the same alerts"]
+    else:
+        problems = read_problems(reader, writer)
+    if not problems:
+        return None
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     return f"schema id {schema_id} ({schema_name(writer)}) cannot be read as this stream's alerts: {problems[0]}{more}"
 

@@ -15,7 +15,7 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from fastavro.schema import parse_schema
 
@@ -65,7 +65,7 @@ class RegistryApi:
             ("POST", r"/compatibility/subjects/([^/]+)/versions", self._test_compatibility),
             ("GET", r"/config", lambda: {"compatibilityLevel": self.registry.compatibility()}),
             ("PUT", r"/config", lambda body: {"compatibility": self._set_level(body, None)}),
-            ("GET", r"/config/([^/]+)", self._subject_level),
+            ("GET", r"/config/([^/]+)", self._subject_level, "defaultToGlobal"),  # a true/false query flag
             ("PUT", r"/config/([^/]+)", lambda s, body: {"compatibility": self._set_level(body, s)}),
         ]
 
@@ -75,12 +75,12 @@ class RegistryApi:
         if method == "DELETE":
             return 405, {"error_code": 405, "message": "deleting is not supported by skyfilter's registry"}
         try:
-            for verb, pattern, handler in self.routes:
+            flags = parse_qs(query)
+            for verb, pattern, handler, *flag_names in self.routes:
                 found = re.fullmatch(pattern, path)
                 if verb == method and found:
                     arguments = [*found.groups()] + ([body or {}] if method in ("POST", "PUT") else [])
-                    if handler == self._subject_level:
-                        arguments.append("defaultToGlobal=true" in query)
+                    arguments += [flags.get(name, ["false"])[0].lower() == "true" for name in flag_names]
                     with self.lock:
                         return 200, handler(*arguments)
             return 404, {"error_code": 404, "message": f"HTTP 404 Not Found: {method} {path}"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+import weakref
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -70,6 +71,17 @@ class KafkaTopicRegistry:
         ensure_topics(cfg, {self.topic: 1}, {"cleanup.policy": "compact"})
         self._entries: dict[str, dict] = {}
         self._read_to = 0
+        self._consumer: Consumer | None = None  # opened on the first read, kept for the later ones
+
+    def _reader(self) -> Consumer:
+        """This registry's consumer of the topic: a stream looks before every batch, and opening one costs more
+        than the look.  Closed when the registry goes away."""
+        if self._consumer is None:
+            self._consumer = Consumer(client_settings(self.cfg, **{
+                "group.id": f"skyfilter-registry-{uuid.uuid4()}", "enable.auto.commit": False, "log_level": 0,
+                "fetch.wait.max.ms": 10}))  # a fetch left waiting at the broker would hold up the next look
+            weakref.finalize(self, self._consumer.close)
+        return self._consumer
 
     @staticmethod
     def schema_id_for(schema: dict | str) -> int:
@@ -78,8 +90,7 @@ class KafkaTopicRegistry:
 
     def refresh(self) -> None:
         """Read what was written to the topic since the last refresh (by anyone)."""
-        consumer = Consumer(client_settings(self.cfg, **{"group.id": f"skyfilter-registry-{uuid.uuid4()}",
-                                                            "enable.auto.commit": False, "log_level": 0}))
+        consumer = self._reader()
         try:
             low, high = _watermarks(consumer, TopicPartition(self.topic, 0))
             position = max(low, self._read_to)
@@ -96,11 +107,10 @@ class KafkaTopicRegistry:
                 if message.value() is not None:
                     self._entries[message.key().decode()] = json.loads(message.value())
             self._read_to = position
+            consumer.unassign()  # an assigned partition keeps a fetch waiting at the broker: the next look would wait
         except KafkaException as exc:
             raise SkyfilterError(f"cannot read schema registry topic '{self.topic}' at {self.bootstrap}: "
                                  f"{exc.args[0].str()}") from None
-        finally:
-            consumer.close()
 
     def _write(self, entries: dict[str, dict]) -> None:
         producer = Producer(client_settings(self.cfg, acks="all", log_level=0, **{"enable.idempotence": True}))
