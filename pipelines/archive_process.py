@@ -68,21 +68,24 @@ class ArchiveProcess:
         self.stopping = False
         self.last_error = ""
         self.ready = threading.Event()  # the child's queries run
+        self.relays: list[threading.Thread] = []  # pass the child's lines on (and count its batches)
 
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    def start(self) -> ArchiveProcess:
+    def start(self, *extra: str) -> ArchiveProcess:
         """Start the child (it waits for the topic's schema and resumes from its checkpoints)."""
         self.ready.clear()
         self.process = subprocess.Popen(
-            self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-            env=child_environment(), preexec_fn=self._in_child)
+            [*self.command, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True, env=child_environment(), preexec_fn=self._in_child)
         self.errors_to.parent.mkdir(parents=True, exist_ok=True)
-        for stream, errors in ((self.process.stdout, False), (self.process.stderr, True)):
-            threading.Thread(target=self._relay, args=(stream, errors), daemon=True,
-                             name="archive-process-relay").start()
+        self.relays = [threading.Thread(target=self._relay, args=(stream, errors), daemon=True,
+                                        name="archive-process-relay")
+                       for stream, errors in ((self.process.stdout, False), (self.process.stderr, True))]
+        for relay in self.relays:
+            relay.start()
         return self
 
     def _in_child(self) -> None:
@@ -143,26 +146,43 @@ class ArchiveProcess:
         self.start()
 
     def stop(self, timeout_s: float) -> int | None:
-        """Tell the child to stop once its queries run (it then archives what was delivered first) and wait for
-        it; its exit code.  A child still starting, or restarting, is let come up first: stopped before it
-        runs it would archive nothing of what was delivered."""
+        """Stop the child so that the archive ends holding everything delivered; its exit code.
+
+        A running child is told to stop and archives what was delivered before it exits (exit code 0).  Any
+        other ending (it had died, it was still starting when told, its drain failed) is followed by a one-shot
+        ``--available-now`` archive run that catches up from the checkpoints, so how the child stopped never
+        decides what the archive holds.
+        """
         deadline = time.monotonic() + timeout_s
-        while self.process is not None and not self.ready.is_set() and time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.log("archive lane: starting it again to archive what was delivered before the job stops")
-                self.start()
-            self.wait_until_running(max(1.0, deadline - time.monotonic()))
         self.stopping = True
-        if self.process is None or self.process.poll() is not None:
-            return None if self.process is None else self.process.returncode
-        self.process.send_signal(signal.SIGTERM)
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        code = self._wait(deadline)
+        if code == 0:
+            return code
+        self.log(f"archive lane (pid {self.process.pid}) ended with code {code} before archiving everything "
+                 f"delivered: catching up with a one-shot run")
+        self.start("--available-now")
+        return self._wait(deadline)
+
+    def _wait(self, deadline: float) -> int:
+        """Wait for the child until ``deadline``; then stop it (it resumes from its checkpoints on the next
+        start).  Its process group goes with it: no Spark JVM of it outlives it."""
+        assert self.process is not None
         try:
-            return self.process.wait(max(1.0, deadline - time.monotonic()))
+            code = self.process.wait(max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            self.log(f"archive lane (pid {self.process.pid}) still draining after {timeout_s:.0f} s: stopped; "
-                     f"it resumes from its checkpoints on the next start")
+            self.log(f"archive lane (pid {self.process.pid}) still draining at its time limit "
+                     f"(archive.stop_timeout_s): stopped; it resumes from its checkpoints on the next start")
+            code = None
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-            return self.process.wait(30)
+        code = self.process.wait(30) if code is None else code
+        for relay in self.relays:  # its last lines counted before the job sums up
+            relay.join(10)
+        return code
 
 
 def child_environment() -> dict[str, str]:

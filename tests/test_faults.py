@@ -73,7 +73,8 @@ def _stream_in_background(cfg: Config, spark, topic: str, folder, idle_s: float)
         try:
             result["totals"] = run(stream_args(cfg, topic, folder / "filters", folder / "brokers.yaml",
                                                extra=["--trigger", "1s", "--stop-when-idle", str(idle_s),
-                                                      "--set", "stream.max_offsets_per_trigger=40"]),
+                                                      "--set", "stream.max_offsets_per_trigger=40",
+                                                      "--set", "kafka.connect_wait_s=120"]),
                                    spark, lines.append)
         except Exception as exc:  # noqa: BLE001 - reported by the test
             result["error"] = exc
@@ -144,7 +145,7 @@ def test_kafka_node_killed_mid_night(cluster_cfg, spark, tmp_path, fault_report)
     fault = f"kill -9 Kafka node {victim.node_id} of 3 (a partition leader) mid-night, restart 15 s later"
     row = _outcome(cluster_cfg, spark, topic, 240, fault)
     fault_report.append(row)
-    assert row["archived"] == row["archive_rows"] == 240, "every alert archived exactly once"
+    assert row["archived"] == row["archive_rows"] == 240, "every alert archived exactly once:\n" + "\n".join(lines)
     assert row["expected"] > 0 and row["lost"] == 0, "every match delivered at least once"
 
 
@@ -167,7 +168,6 @@ def test_stream_never_reachable_is_one_clear_line(tmp_path):
 
 def test_kafka_down_at_start_and_lost_for_30_s(tmp_path_factory, spark, tmp_path, fault_report):
     cfg = _fresh_cluster_config(tmp_path_factory, "outage", 1, 24092)
-    cfg.set("kafka.connect_wait_s", 120)
     cluster = LocalKafka(cfg)
     topic = "outage.alerts"
     _filters(tmp_path)
@@ -193,7 +193,7 @@ def test_kafka_down_at_start_and_lost_for_30_s(tmp_path_factory, spark, tmp_path
         row = _outcome(cfg, spark, topic, 160, "Kafka down when the stream starts; then stopped for 30 s mid-night")
         fault_report.append(row)
         assert reports[0].failures == 0
-        assert row["archived"] == row["archive_rows"] == 160, "every alert archived exactly once"
+        assert row["archived"] == row["archive_rows"] == 160, "every alert archived exactly once:\n" + "\n".join(lines)
         assert row["expected"] > 0 and row["lost"] == 0 and row["duplicated"] == 0
     finally:
         cluster.stop()

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
 from conftest import ROOT
-from pipelines.archive_process import runs_apart
+from pipelines.archive_process import ArchiveProcess, runs_apart
 from pipelines.filter_stream import archive_arguments, parse_args
 from pipelines.slots import Slots, check_realtime_slots, delivery_tasks, local_cores, plan_slots
+from pipelines.totals import StreamTotals
 from skyfilter.config import Config
 from skyfilter.errors import SkyfilterError
 from skyfilter.status import status_file, stream_lines, stream_names
@@ -91,3 +93,37 @@ def test_status_shows_the_archive_lanes_of_a_process_of_their_own(cfg):
     assert "stream 's': RUNNING" in screen
     assert "archive   last batch 4" in screen and "1,000 alerts archived" in screen, screen
     assert "archive-log no batch with alerts yet in this run, trigger 30s" in screen, screen
+
+
+# A stand-in for ``filter_stream.py --lane archive``: the supervision is what is tested here, not Spark.
+CHILD = """
+import signal, sys, time
+if "--available-now" in sys.argv:
+    print("archive batch 0: 7 alerts archived, 0 rejected, done in 0.1 s", flush=True)
+    sys.exit(0)
+if "--drains" in sys.argv:
+    signal.signal(signal.SIGTERM, lambda *_: (print("archive batch 0: 5 alerts archived, 0 rejected", flush=True),
+                                              sys.exit(0)))
+print("stream 's' running: archive", flush=True)
+if "--dies" in sys.argv:
+    sys.exit(3)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("how, archived", [("--drains", 5), ("--dies", 7), ("--killed-by-the-signal", 7)])
+def test_a_stopped_archive_process_always_ends_with_what_was_delivered_archived(tmp_path, how, archived):
+    """A child that drains on SIGTERM is enough; one that had died, or that the signal kills before it could
+    drain (still starting), is followed by a one-shot catch-up run."""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    lines: list[str] = []
+    child = ArchiveProcess([], nice=0, totals=StreamTotals(), errors_to=tmp_path / "errors.log", log=lines.append)
+    child.command = [sys.executable, str(script), how]
+    child.start()
+    assert child.wait_until_running(30)
+    if how == "--dies":
+        child.process.wait(10)
+    assert child.stop(30) == 0
+    assert child.totals.archived == archived, lines
+    assert any("catching up with a one-shot run" in line for line in lines) == (how != "--drains"), lines
