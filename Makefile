@@ -51,7 +51,7 @@ $(LOCAL)/spark-conf/.installed: conf/spark-defaults.conf conf/spark-log4j2.prope
                                 conf/versions.env $(VENV)/.installed
 	mkdir -p $(LOCAL)/spark-conf
 	rm -rf $(SPARK_HOME)/conf && ln -s $(LOCAL)/spark-conf $(SPARK_HOME)/conf
-	$(PY) -m pipelines.session --install $(LOCAL)/spark-conf
+	$(PY) -m skyfilter.stream.session --install $(LOCAL)/spark-conf
 	touch $@
 
 demo: setup

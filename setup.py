@@ -1,21 +1,27 @@
 """skyfilter: streaming filters for astronomical alert streams (Kafka + Spark + Delta)."""
 
-import sys
+import importlib.util
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from skyfilter.versions import versions  # noqa: E402 - the pins live in conf/versions.env
-
-VERSIONS = versions()
+# The pins live in skyfilter/defaults/versions.env (conf/versions.env in a checkout); read them with the
+# package's own reader, loaded alone (the package's dependencies are not installed yet).
+_spec = importlib.util.spec_from_file_location(
+    "skyfilter_versions", Path(__file__).resolve().parent / "skyfilter" / "core" / "versions.py")
+_versions = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_versions)
+VERSIONS = _versions.versions()
 
 setup(
     name="skyfilter",
     version="0.1.0",
     description="Streaming filter stage for astronomical alert streams (Rubin/LSST, ZTF)",
     python_requires=">=3.11",
-    packages=["skyfilter", "pipelines", "producers", "bench"],
+    # One package; its folders are its floors: core <- producers, stream <- jobs <- the command (cli, demo).
+    # pipelines/ and producers/ at the top hold only thin scripts; bench/ runs from a checkout.
+    packages=find_packages(include=["skyfilter", "skyfilter.*"]),
+    package_data={"skyfilter": ["defaults/*.yaml", "defaults/*.env"]},
     install_requires=[
         f"pyspark=={VERSIONS['SPARK_VERSION']}",
         f"delta-spark=={VERSIONS['DELTA_VERSION']}",

@@ -14,8 +14,8 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from producers.produce import AlertSource
-from skyfilter.wire import HEADER_SIZE, frame
+from skyfilter.core.wire import HEADER_SIZE, frame
+from skyfilter.producers.produce import AlertSource
 
 LENGTH = struct.Struct("<II")
 NIGHT = "2026-11-21"
@@ -26,7 +26,7 @@ def cached_visits(cache_dir: Path, schema: dict, visits: int, alerts_per_visit: 
     """The cache file of these visits (of ``night``: its visit and alert ids), written first if need be."""
     from tqdm import tqdm
 
-    from producers.sources import SimulatedSource
+    from skyfilter.producers.sources import SimulatedSource
 
     version = schema.get("namespace", schema["name"].rsplit(".", 1)[0]).removeprefix("lsst.")  # e.g. v10_0
     path = cache_dir / (f"visits_{visits}x{alerts_per_visit}_{'stamps' if stamps else 'nostamps'}_seed{seed}"

@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def catch_up(cfg, topic: str, name: str, max_offsets: int, state_dir: Path, kafka_pid, total: int,
              quiet: bool) -> dict:
     """One stream run over the backlog; its batches, timing and memory."""
-    from skyfilter.memory import RssSampler
+    from skyfilter.core.memory import RssSampler
 
     command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", topic, "--name", name,
                "--available-now", "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(state_dir),
@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.harness import bench_kafka
     from bench.report import write_results
-    from producers.command import ProduceOptions, produce
-    from skyfilter.errors import SkyfilterError
+    from skyfilter.core.errors import SkyfilterError
+    from skyfilter.producers.command import ProduceOptions, produce
 
     settings = sorted({int(v) for v in args.max_offsets.split(",")})
     run_id = time.strftime("%Y%m%d%H%M%S")

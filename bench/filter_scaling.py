@@ -71,10 +71,10 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.harness import bench_kafka, driver_and_kafka
     from bench.report import write_results
-    from pipelines.filter_stream import parse_args as stream_args
-    from pipelines.filter_stream import run as run_stream
-    from pipelines.session import get_spark
-    from producers.command import ProduceOptions, produce
+    from skyfilter.jobs.filter_stream import parse_args as stream_args
+    from skyfilter.jobs.filter_stream import run as run_stream
+    from skyfilter.producers.command import ProduceOptions, produce
+    from skyfilter.stream.session import get_spark
 
     counts = sorted({int(c) for c in args.filters.split(",")})
     kinds = [k.strip() for k in args.kinds.split(",")]

@@ -33,7 +33,7 @@ def add_warm_up_flag(parser: argparse.ArgumentParser, first_run: str) -> None:
 
 
 def bench_spark(app: str, trigger: str = "0", partitions: int = 8):
-    """The benchmark's SparkSession with the task slots the stream's lanes need (``pipelines/slots.py``).
+    """The benchmark's SparkSession with the task slots the stream's lanes need (``skyfilter/stream/slots.py``).
 
     As ``filter_stream.py`` asks for them: the configured cores for micro-batch
     delivery, one slot per input partition in Real-time Mode, and the archive
@@ -43,10 +43,10 @@ def bench_spark(app: str, trigger: str = "0", partitions: int = 8):
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from pipelines.archive_process import runs_apart
-    from pipelines.session import get_spark
-    from pipelines.slots import configured_master, local_cores, plan_slots
-    from skyfilter.config import Config
+    from skyfilter.core.config import Config
+    from skyfilter.stream.archive_process import runs_apart
+    from skyfilter.stream.session import get_spark
+    from skyfilter.stream.slots import configured_master, local_cores, plan_slots
 
     cfg = Config.load()
     cores = local_cores(configured_master()) or 2
@@ -62,7 +62,7 @@ def bench_spark(app: str, trigger: str = "0", partitions: int = 8):
 def bench_schema(cfg) -> dict:
     """The Rubin schema of the benchmarks' simulated alerts: ``bench.schema_version`` (set by bench_kafka; every
     published figure used 10.0, so comparisons across rounds stay on the same alerts)."""
-    from skyfilter.avro_schemas import rubin_schema
+    from skyfilter.core.avro_schemas import rubin_schema
 
     return rubin_schema(str(cfg.get("simulation.schema_version")))
 
@@ -85,7 +85,7 @@ def spark_driver_pid(spark) -> int | None:
 
 def driver_and_kafka(spark, cluster, interval_s: float = 0.5):
     """A memory sampler of the benchmark's Spark driver tree and of its own Kafka node (0 for another Kafka)."""
-    from skyfilter.memory import RssSampler
+    from skyfilter.core.memory import RssSampler
 
     return RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}, interval_s)
 
@@ -110,9 +110,9 @@ def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g") -> Ite
     """
     import shutil
 
-    from skyfilter.config import Config
-    from skyfilter.errors import SkyfilterError
-    from skyfilter.kafka_local import LocalKafka, free_port_pair
+    from skyfilter.core.config import Config
+    from skyfilter.core.errors import SkyfilterError
+    from skyfilter.core.kafka_local import LocalKafka, free_port_pair
 
     cfg = Config.load()
     if state_dir.resolve() == cfg.state_dir.resolve():
@@ -144,7 +144,7 @@ def bench_main(module: str, parse_args: Callable[[list[str] | None], argparse.Na
                run: Callable[[argparse.Namespace], dict[str, Path]], argv: list[str] | None) -> int:
     """Parse, run, print the Markdown table and the result files; one error line and exit 2 on failure."""
     from bench.report import command_line
-    from skyfilter.errors import SkyfilterError
+    from skyfilter.core.errors import SkyfilterError
 
     args = parse_args(argv)
     args.command = command_line(module, argv)

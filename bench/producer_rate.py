@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.harness import ROOT, add_common_arguments, runs_table, settings_of
-from producers.produce import AlertSource
+from skyfilter.producers.produce import AlertSource
 
 DMTN_028_RATE = 300
 
@@ -44,7 +44,7 @@ class CycledFileSource(AlertSource):
     """Real alerts from Avro files, cycled to ``alerts``; sent as stored, or serialized again each time."""
 
     def __init__(self, paths: list[Path], alerts: int, fresh: bool):
-        from producers.sources import FileSource
+        from skyfilter.producers.sources import FileSource
 
         self.files = FileSource(paths)
         self.schema = self.files.schema
@@ -65,7 +65,7 @@ class CycledFileSource(AlertSource):
     def messages(self, visit: int, share: int, shares: int) -> Iterator[tuple[bytes, bytes]]:
         import fastavro
 
-        from skyfilter.wire import frame
+        from skyfilter.core.wire import frame
 
         bodies, keys = self.files.bodies, self.files.keys
         buffer = io.BytesIO()
@@ -86,9 +86,9 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.alert_cache import CachedSource, cached_visits
     from bench.harness import bench_kafka, bench_schema, kafka_pid
     from bench.report import write_results
-    from producers.command import send_source
-    from producers.sources import SimulatedSource
-    from skyfilter.memory import RssSampler, own_rss_mb
+    from skyfilter.core.memory import RssSampler, own_rss_mb
+    from skyfilter.producers.command import send_source
+    from skyfilter.producers.sources import SimulatedSource
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     rows = []

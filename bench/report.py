@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from skyfilter.versions import versions
+from skyfilter.core.versions import versions
 
 
 def machine() -> dict:
@@ -57,8 +57,8 @@ def write_results(folder: Path, name: str, title: str, rows: list[dict], columns
 
     ``peak_rss_mb`` is the highest resident memory of each process of the run
     (driver, Kafka, ...) and ``peak_breakdown`` the processes behind the highest
-    total (:meth:`skyfilter.memory.RssSampler.peak_breakdown`); with ``runs_table`` the run is also appended to that
-    ``bench_runs`` Delta table, so runs can be compared over time with SQL.
+    total (:meth:`skyfilter.core.memory.RssSampler.peak_breakdown`); with ``runs_table`` the run is also
+    appended to that ``bench_runs`` Delta table, so runs can be compared over time with SQL.
     """
     folder.mkdir(parents=True, exist_ok=True)
     peaks = {process: round(mb) for process, mb in (peak_rss_mb or {}).items()}
@@ -93,7 +93,7 @@ def write_results(folder: Path, name: str, title: str, rows: list[dict], columns
 
 def record_run(table: Path, info: dict) -> None:
     """Append one benchmark run to the ``bench_runs`` Delta table (JSON columns for the variable parts)."""
-    from pipelines.session import get_spark
+    from skyfilter.stream.session import get_spark
 
     spark = get_spark("skyfilter-bench")
     row = (info["benchmark"], dt.datetime.fromisoformat(info["finished_at"]), info["command"],

@@ -15,7 +15,7 @@ One topic of simulated Rubin alerts, then Spark batch jobs over it (best of
 6. Kafka sink: the same messages written to a topic by Spark (acks=all, idempotent);
 7. the delivery lane's evaluation with the project's own ``filters/`` and
    ``conf/brokers.yaml``: decode, every filter (SQL and Python), broker matches;
-8. the delivery lane's whole batch query (``pipelines/delivery_program.py``):
+8. the delivery lane's whole batch query (``skyfilter/stream/delivery_program.py``):
    7 + the batch's observed figures, the per-visit caps and the Kafka rows, to
    Spark's ``noop`` sink (so the rows are computed, not sent).
 
@@ -51,16 +51,16 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.alert_cache import CachedSource, cached_visits
     from bench.harness import bench_kafka, bench_schema, driver_and_kafka
     from bench.report import write_results
-    from pipelines.caps import VisitCaps
-    from pipelines.delivery_program import DeliveryProgram, evaluate
-    from pipelines.session import get_spark
-    from pipelines.stream_plan import build_plan, reader_schema_json
-    from producers.command import send_source
-    from skyfilter.avro_schemas import cutout_fields
-    from skyfilter.kafka_clients import spark_sink_options, spark_source_options
-    from skyfilter.registry import open_registry, subject_for
-    from skyfilter.topics import ensure_topics
-    from skyfilter.wire import HEADER_SIZE
+    from skyfilter.core.avro_schemas import cutout_fields
+    from skyfilter.core.kafka_clients import spark_sink_options, spark_source_options
+    from skyfilter.core.registry import open_registry, subject_for
+    from skyfilter.core.topics import ensure_topics
+    from skyfilter.core.wire import HEADER_SIZE
+    from skyfilter.producers.command import send_source
+    from skyfilter.stream.caps import VisitCaps
+    from skyfilter.stream.delivery_program import DeliveryProgram, evaluate
+    from skyfilter.stream.session import get_spark
+    from skyfilter.stream.stream_plan import build_plan, reader_schema_json
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     topic = f"bench.stages.{run_id}"

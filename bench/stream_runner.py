@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.archive_process import ARCHIVE_LINE, LOG_LINE
-from skyfilter.config import Config
-from skyfilter.errors import SkyfilterError
+from skyfilter.core.config import Config
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.stream.archive_process import ARCHIVE_LINE, LOG_LINE
 
 DELIVERY_LINE = re.compile(r"^(?:realtime )?batch (\d+): (\d+) alerts, (\d+) matches")
 
@@ -88,7 +88,7 @@ def start_stream(cfg: Config, spark, topic: str, name: str, filters_dir: Path, b
                  trigger: str = "0", max_offsets: int | None = None, sets: list[str] | None = None,
                  start_timeout_s: float = 300, archive_trigger: str | None = None) -> StreamRun:
     """Start the stream job on ``topic`` (schema already registered) and return once it runs."""
-    from pipelines.filter_stream import parse_args, run
+    from skyfilter.jobs.filter_stream import parse_args, run
 
     argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters_dir), "--brokers", str(brokers_file),
             "--trigger", trigger, "--wait-for-schema", "0", "--bootstrap", cfg.bootstrap_servers,
@@ -119,9 +119,9 @@ def start_stream(cfg: Config, spark, topic: str, name: str, filters_dir: Path, b
 
 def register_topic(cfg: Config, topic: str, schema: dict, partitions: int | None = None) -> int:
     """Create ``topic`` and register its schema before the stream starts; returns the schema id."""
-    from skyfilter.kafka_clients import act_as
-    from skyfilter.registry import open_registry, subject_for
-    from skyfilter.topics import ensure_topics
+    from skyfilter.core.kafka_clients import act_as
+    from skyfilter.core.registry import open_registry, subject_for
+    from skyfilter.core.topics import ensure_topics
 
     producer_cfg = act_as(cfg, "producer")
     ensure_topics(producer_cfg, {topic: partitions or int(cfg.get("topics.alerts_partitions"))})

@@ -59,7 +59,7 @@ def night(cfg, spark, args, schema: dict, alerts_per_visit: int, minutes: float,
     from bench.filter_sets import cap_value, write_filter_set
     from bench.lags import lag_growth, lag_timeline, lane_batches
     from bench.stream_runner import register_topic, start_stream
-    from producers.command import send_source
+    from skyfilter.producers.command import send_source
 
     per_visit = max(1, round(alerts_per_visit / args.time_scale))
     interval = args.visit_seconds / args.time_scale

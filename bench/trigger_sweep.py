@@ -61,7 +61,7 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
     from bench.filter_sets import cap_value, write_filter_set
     from bench.lags import lag_growth, lag_timeline, lane_batches
     from bench.stream_runner import register_topic, start_stream
-    from producers.command import send_source
+    from skyfilter.producers.command import send_source
 
     label = trigger if trigger == "realtime" else f"{trigger}s"
     topic, name = f"bench.sweep.{run_id}.{label}", f"sweep_{run_id}_{label.replace('.', '_')}"

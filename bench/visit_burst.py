@@ -73,9 +73,9 @@ def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, index: int,
     from bench.alert_cache import CachedSource, cached_visits
     from bench.filter_sets import write_filter_set
     from bench.stream_runner import register_topic, start_stream
-    from producers.command import send_source
-    from skyfilter.brokers import load_brokers
-    from skyfilter.delivery import read_topic
+    from skyfilter.core.brokers import load_brokers
+    from skyfilter.core.delivery import read_topic
+    from skyfilter.producers.command import send_source
 
     label = trigger.replace(".", "_")
     topic, name = f"bench.burst.{run_id}.{index}", f"burst_{run_id}_{index}_{label}"

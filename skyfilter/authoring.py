@@ -3,8 +3,8 @@
 Plain Python (fastavro, pandas, matplotlib, astropy): load sample alerts,
 browse a schema's columns with their docs, draw an alert's light curve and
 cutouts, and save a filter where the stream finds it.  Checking and testing
-a filter use the stream's own Spark code (``pipelines/filter_tools.py``,
-``pipelines/filter_trial.py``).
+a filter use the stream's own Spark code (``skyfilter/stream/filter_tools.py``,
+``skyfilter/stream/filter_trial.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from skyfilter.avro_schemas import avro_files, read_container
-from skyfilter.errors import SkyfilterError
-from skyfilter.filter_loader import NAME_PATTERN
+from skyfilter.core.avro_schemas import avro_files, read_container
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.filter_loader import NAME_PATTERN
 
 # ZTF fid -> band name
 ZTF_BANDS = {1: "g", 2: "r", 3: "i"}

@@ -10,8 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from skyfilter.config import Config, add_config_arguments, config_from_args
-from skyfilter.errors import SkyfilterError
+from skyfilter.core.config import Config, add_config_arguments, config_from_args
+from skyfilter.core.errors import SkyfilterError
 
 DESCRIPTION = """skyfilter: the streaming filter stage of an astronomical alert stream.
 
@@ -186,10 +186,10 @@ def load_config(args: argparse.Namespace) -> Config:
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:
-    from skyfilter.kafka_clients import credentials_dir
-    from skyfilter.kafka_local import LocalKafka
-    from skyfilter.kafka_security import grant
-    from skyfilter.topics import replication
+    from skyfilter.core.kafka_clients import credentials_dir
+    from skyfilter.core.kafka_local import LocalKafka
+    from skyfilter.core.kafka_security import grant
+    from skyfilter.core.topics import replication
 
     cfg = load_config(args)
     if args.port:
@@ -222,7 +222,7 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from producers.command import ProduceOptions, produce
+    from skyfilter.producers.command import ProduceOptions, produce
 
     cfg = load_config(args)
     options = ProduceOptions(
@@ -241,7 +241,7 @@ def cmd_filters(args: argparse.Namespace) -> int:
         return filters_status(cfg, args)
     if args.action == "test":
         return filters_test(cfg, args)
-    from pipelines.filter_tools import check_filters, schema_for_check
+    from skyfilter.stream.filter_tools import check_filters, schema_for_check
 
     folder = Path(args.target) if args.target else cfg.path("stream.filters_dir")
     described, schema = schema_for_check(cfg, args.topic, args.schema)
@@ -256,7 +256,7 @@ def filters_status(cfg: Config, args: argparse.Namespace) -> int:
     """Print each filter's state as the stream last recorded it."""
     import json
 
-    from skyfilter.status import filter_state_counts
+    from skyfilter.core.status import filter_state_counts
 
     name = args.name or str(cfg.get("topics.alerts"))
     path = cfg.filter_states_file(name)
@@ -277,8 +277,8 @@ def filters_test(cfg: Config, args: argparse.Namespace) -> int:
         raise SkyfilterError("filters test needs the filter's name, e.g. skyfilter filters test bright_transient")
     if bool(args.sample) == bool(args.night):
         raise SkyfilterError("filters test needs exactly one of --sample PATH... or --night YYYY-MM-DD")
-    from pipelines.filter_trial import find_filter, night_frame, run_trial, sample_frame
-    from pipelines.session import get_spark
+    from skyfilter.stream.filter_trial import find_filter, night_frame, run_trial, sample_frame
+    from skyfilter.stream.session import get_spark
 
     folder = Path(args.filters_dir) if args.filters_dir else cfg.path("stream.filters_dir")
     spec = find_filter(folder, args.target)
@@ -293,7 +293,7 @@ def filters_test(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_spark(args: argparse.Namespace) -> int:
-    from skyfilter.spark_cluster import SparkStandalone
+    from skyfilter.core.spark_cluster import SparkStandalone
 
     cfg = load_config(args)
     cluster = SparkStandalone(cfg, args.workers)
@@ -311,7 +311,7 @@ def cmd_spark(args: argparse.Namespace) -> int:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    from skyfilter.consume import ConsumeOptions, consume
+    from skyfilter.core.consume import ConsumeOptions, consume
 
     options = ConsumeOptions(topic=args.topic, group=args.group, from_beginning=args.from_beginning,
                              max_messages=args.max_messages, idle_s=args.idle, output_dir=args.output_dir,
@@ -322,8 +322,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_registry(args: argparse.Namespace) -> int:
-    from skyfilter.registry_server import serve
-    from skyfilter.registry_topic import KafkaTopicRegistry
+    from skyfilter.core.registry_server import serve
+    from skyfilter.core.registry_topic import KafkaTopicRegistry
 
     cfg = load_config(args)
     if args.action == "list":
@@ -335,7 +335,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from skyfilter.status import status_screen
+    from skyfilter.core.status import status_screen
 
     cfg = load_config(args)
     for line in status_screen(cfg, args.name):

@@ -10,6 +10,7 @@ latency (input append time -> output append time), and stops what it started.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -19,18 +20,19 @@ import threading
 import time
 from pathlib import Path
 
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
-from skyfilter.brokers import load_brokers
-from skyfilter.config import Config
-from skyfilter.delivery import percentile, read_topic
-from skyfilter.errors import SkyfilterError
-from skyfilter.kafka_local import LocalKafka
-from skyfilter.memory import RssSampler, own_rss_mb
-from skyfilter.processes import wait_for_exit
-from skyfilter.registry import open_registry, subject_for
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.brokers import load_brokers
+from skyfilter.core.config import Config
+from skyfilter.core.delivery import percentile, read_topic
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.kafka_local import LocalKafka
+from skyfilter.core.memory import RssSampler, own_rss_mb
+from skyfilter.core.processes import wait_for_exit
+from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.producers.command import ProduceOptions, produce
 
-STREAM_SCRIPT = Path(__file__).resolve().parents[1] / "pipelines" / "filter_stream.py"
+# What pipelines/filter_stream.py runs, wherever skyfilter is installed (found without importing Spark here).
+STREAM_SCRIPT = Path(importlib.util.find_spec("skyfilter.jobs.filter_stream").origin)
 
 
 def spark_submit_env() -> dict[str, str]:

@@ -20,9 +20,9 @@ from confluent_kafka import DeserializingConsumer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 
-from skyfilter.config import Config
-from skyfilter.kafka_local import LocalKafka, free_port_pair
-from skyfilter.wire import unframe
+from skyfilter.core.config import Config
+from skyfilter.core.kafka_local import LocalKafka, free_port_pair
+from skyfilter.core.wire import unframe
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tests that use these fixtures run real Kafka or Spark: the full suite (`make test`) only.
@@ -68,7 +68,7 @@ def kafka_cfg(tmp_path_factory) -> Config:
 @pytest.fixture(scope="session")
 def registry_url(kafka_cfg) -> str:
     """The embedded registry served over Confluent's REST API (what `skyfilter registry serve` runs)."""
-    from skyfilter.registry_server import RegistryServer
+    from skyfilter.core.registry_server import RegistryServer
 
     server = RegistryServer(kafka_cfg, port=0).start()
     yield server.url
@@ -107,7 +107,7 @@ def fault_row(fault: str, produced: int, alerts, delivered: list[str], expected:
 @pytest.fixture(scope="session")
 def spark():
     """The one SparkSession of the test session (local[2], no UI)."""
-    from pipelines.session import get_spark
+    from skyfilter.stream.session import get_spark
 
     session = get_spark("skyfilter-tests", conf={"spark.ui.enabled": "false",
                                                  "spark.sql.shuffle.partitions": "2"})
@@ -118,7 +118,7 @@ def spark():
 def stream_args(cfg: Config, topic: str, filters_dir: Path, brokers: Path, name: str | None = None,
                 extra: list[str] | None = None) -> argparse.Namespace:
     """Arguments of pipelines/filter_stream.py in the test state dir (--available-now unless a trigger is given)."""
-    from pipelines.filter_stream import parse_args
+    from skyfilter.jobs.filter_stream import parse_args
 
     argv = ["--topic", topic, "--filters-dir", str(filters_dir), "--brokers", str(brokers),
             "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir)]

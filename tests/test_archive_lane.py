@@ -13,11 +13,11 @@ import threading
 import time
 
 from conftest import ROOT, decode_messages, fault_row, stream_args, write_files
-from pipelines.filter_stream import run
-from pipelines.tables import table_paths
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
-from skyfilter.delivery import read_topic
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.tables import table_paths
 
 TOPIC = "lanes.alerts"
 
@@ -122,7 +122,7 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
 def test_rows_from_the_delivery_log_are_stored_once_however_often_they_come(spark, tmp_path):
     """A delivery batch logged twice (it was retried), in the same or a later archive batch, and an archive
     batch retried after a crash: each row is stored once."""
-    from pipelines.tables import insert_new
+    from skyfilter.stream.tables import insert_new
 
     path = tmp_path / "matches"
     keys = ["night", "broker", "kafka_partition", "kafka_offset"]

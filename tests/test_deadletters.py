@@ -12,12 +12,12 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from conftest import DATA, decode_messages, stream_args, write_files
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import avro_files, read_container, rubin_schema
-from skyfilter.delivery import read_topic
-from skyfilter.registry import open_registry, subject_for
-from skyfilter.wire import frame, unframe
+from skyfilter.core.avro_schemas import avro_files, read_container, rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.core.wire import frame, unframe
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 TOPIC = "dl.alerts"
 MAX_BYTES = 200_000

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from pipelines.monitoring import StreamMonitor
-from skyfilter.config import Config
-from skyfilter.topics import replication
-from skyfilter.versions import versions
+from skyfilter.core.config import Config
+from skyfilter.core.topics import replication
+from skyfilter.core.versions import versions
+from skyfilter.stream.monitoring import StreamMonitor
 
 DOCKER = ROOT / "docker"
 COMPOSE = yaml.safe_load((DOCKER / "compose.yaml").read_text())

@@ -20,13 +20,13 @@ from fink_client.consumer import AlertConsumer
 from lasair import lasair_consumer
 
 from conftest import decode_messages, stream_args, stream_folder
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
-from skyfilter.brokers import load_brokers
-from skyfilter.consume import ConsumeOptions, consume
-from skyfilter.delivery import read_topic
-from skyfilter.errors import SkyfilterError
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.brokers import load_brokers
+from skyfilter.core.consume import ConsumeOptions, consume
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 TOPIC = "enc.alerts"
 LITE_SQL = "SELECT alert_id, diaSource.snr AS snr, diaSource.ra AS ra FROM alerts WHERE diaSource.snr > 10"

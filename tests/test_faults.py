@@ -14,15 +14,15 @@ import pytest
 from confluent_kafka.admin import ConfigResource
 
 from conftest import ROOT, decode_messages, fault_row, kafka_status_ports, listening_ports, stream_args, write_files
-from pipelines.filter_stream import run
-from pipelines.tables import table_paths
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
-from skyfilter.config import Config
-from skyfilter.delivery import read_topic
-from skyfilter.kafka_local import LocalKafka, free_port_pair
-from skyfilter.processes import wait_for_exit
-from skyfilter.topics import admin_client
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.config import Config
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.kafka_local import LocalKafka, free_port_pair
+from skyfilter.core.processes import wait_for_exit
+from skyfilter.core.topics import admin_client
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.tables import table_paths
 
 pytestmark = pytest.mark.slow  # every test here runs Kafka clusters or the stream job
 

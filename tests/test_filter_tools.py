@@ -8,11 +8,11 @@ import shutil
 import pytest
 
 from conftest import DATA, ROOT, decode_messages, rewrite_as_ztf_402, stream_args, write_files
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import avro_files, read_container, rubin_schema
 from skyfilter.cli import main
-from skyfilter.delivery import read_topic
+from skyfilter.core.avro_schemas import avro_files, read_container, rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 
 def test_repository_filters_pass_against_the_simulated_rubin_schema(spark, capsys):

@@ -7,10 +7,10 @@ import threading
 import time
 
 from conftest import decode_messages, stream_args, write_files
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
-from skyfilter.delivery import read_topic
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 TOPIC = "reload.alerts"
 BROKERS = "max_alerts_per_visit: null\nbrokers:\n  r_all:\n    filters: [everything]\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import kafka_status_ports, listening_ports
-from skyfilter.kafka_local import free_port_pair
-from skyfilter.processes import port_in_use
+from skyfilter.core.kafka_local import free_port_pair
+from skyfilter.core.processes import port_in_use
 
 pytestmark = pytest.mark.slow  # every test here runs Kafka clusters or the stream job
 

@@ -10,11 +10,11 @@ import threading
 import time
 
 from conftest import ROOT, decode_messages, fault_row, stream_args, write_files
-from pipelines.filter_stream import run
-from pipelines.tables import table_paths
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
-from skyfilter.delivery import read_topic
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.tables import table_paths
 
 TOPIC = "kill.alerts"
 VISITS = 30  # 2 minutes of visits: alerts keep coming while the job is killed and restarted 3 times

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from conftest import stream_args, write_files
 from pipelines import maintain
-from pipelines.filter_stream import run
-from pipelines.tables import table_paths
-from producers.command import ProduceOptions, produce
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.tables import table_paths
 
 TOPIC = "maint.alerts"
 

@@ -11,12 +11,12 @@ from pyspark.sql import functions as F
 
 from conftest import NEGATIVE_PY, stream_args, stream_folder, write_files
 from pipelines import replay_night
-from pipelines.archive import archived_schema, with_cutouts
-from pipelines.filter_stream import run
-from pipelines.night_reader import NightSelection, read_alerts
-from pipelines.tables import table_paths
-from producers.command import ProduceOptions, produce
-from skyfilter.delivery import read_topic
+from skyfilter.core.delivery import read_topic
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.archive import archived_schema, with_cutouts
+from skyfilter.stream.night_reader import NightSelection, read_alerts
+from skyfilter.stream.tables import table_paths
 
 TOPIC = "night.alerts"
 NIGHT = "2026-11-16"
@@ -127,8 +127,8 @@ def test_time_travel_returns_the_archive_as_it_was(kafka_cfg, spark, night):
 
 
 def test_nightly_topic_holds_the_night_and_replay_recreates_it(kafka_cfg, spark, tmp_path):
-    from pipelines.nightly_topics import nightly_topic
-    from skyfilter.topics import admin_client
+    from skyfilter.core.topics import admin_client
+    from skyfilter.stream.nightly_topics import nightly_topic
 
     topic, night = "nightly.alerts", "2026-11-15"
     write_files(tmp_path / "filters", FILTERS)
@@ -161,7 +161,7 @@ def test_nightly_topic_holds_the_night_and_replay_recreates_it(kafka_cfg, spark,
 
 
 def test_same_night_through_two_triggers_gives_a_latency_throughput_table(kafka_cfg, spark, night):
-    from pipelines.trigger_report import markdown, trigger_rows
+    from skyfilter.jobs.trigger_report import markdown, trigger_rows
 
     folder = night["folder"]
     for trigger in ("0", "2s"):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from producers.command import ProduceOptions, produce
-from skyfilter.delivery import read_topic
-from skyfilter.topics import topic_partitions
-from skyfilter.wire import unframe
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.topics import topic_partitions
+from skyfilter.core.wire import unframe
+from skyfilter.producers.command import ProduceOptions, produce
 
 
 def test_parallel_producers_keep_the_visit_cadence_and_lose_nothing(kafka_cfg):

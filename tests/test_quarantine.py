@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 from conftest import decode_messages, stream_args, write_files
-from pipelines.filter_stream import run
-from pipelines.tables import table_paths
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
 from skyfilter.cli import main
-from skyfilter.delivery import read_topic
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.tables import table_paths
 
 TOPIC = "quar.alerts"
 FILTERS = {
@@ -65,7 +65,7 @@ def test_failing_and_slow_filters_are_quarantined_and_the_others_deliver_everyth
 
     assert any("filter 'breaks_on_visit2' quarantined" in line and "visit 2 is too much" in line for line in lines)
     assert any("filter 'slow' quarantined" in line and "over its 1 s budget" in line for line in lines)
-    events = [json.loads(m.value) for m in read_topic(bootstrap, "skyfilter.errors") if m.key != b"x"]
+    events = [json.loads(m.value) for m in read_topic(bootstrap, "skyfilter.core.errors") if m.key != b"x"]
     mine = {e["filter"]: e for e in events if e["stream"] == TOPIC}
     assert mine["breaks_on_visit2"]["broker"] == "q_breaks"
     assert "visit 2 is too much" in mine["breaks_on_visit2"]["error"]

@@ -22,11 +22,11 @@ from conftest import (
     stream_folder,
     stream_process,
 )
-from pipelines.tables import table_paths
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
-from skyfilter.delivery import read_topic
-from skyfilter.registry import open_registry, subject_for
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.tables import table_paths
 
 TOPIC = "rt.alerts"
 LITE_SQL = "SELECT alert_id, diaSource.snr FROM alerts WHERE diaSource.snr > 10"

@@ -18,13 +18,8 @@ import fastavro
 
 from conftest import DATA, consume_avro, stream_folder, stream_process
 from pipelines import replay_night
-from pipelines.decode import decode
-from pipelines.input_schemas import InputSchemas
-from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA
-from pipelines.tables import table_paths
-from producers.command import ProduceOptions, produce
-from skyfilter.alert_columns import detect
-from skyfilter.avro_schemas import (
+from skyfilter.core.alert_columns import detect
+from skyfilter.core.avro_schemas import (
     avro_files,
     filled_record,
     read_container,
@@ -33,11 +28,16 @@ from skyfilter.avro_schemas import (
     schema_text,
     schemaless_body,
 )
-from skyfilter.delivery import read_topic
-from skyfilter.reader_schema import different_alerts, reader_for, schema_name
-from skyfilter.registry import KafkaTopicRegistry, subject_for
-from skyfilter.schema_compat import read_problems
-from skyfilter.wire import frame, unframe
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.reader_schema import different_alerts, reader_for, schema_name
+from skyfilter.core.registry import KafkaTopicRegistry, subject_for
+from skyfilter.core.schema_compat import read_problems
+from skyfilter.core.wire import frame, unframe
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.decode import decode
+from skyfilter.stream.input_schemas import InputSchemas
+from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA
+from skyfilter.stream.tables import table_paths
 
 TOPIC = "evo.alerts"
 NIGHT = "2026-11-20"

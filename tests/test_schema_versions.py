@@ -11,12 +11,12 @@ import pytest
 
 from conftest import DATA, rewrite_as_ztf_402, stream_args, write_files
 from pipelines import replay_night
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.alert_columns import detect
-from skyfilter.avro_schemas import avro_files, rubin_schema, rubin_versions
-from skyfilter.delivery import read_topic
-from skyfilter.wire import unframe
+from skyfilter.core.alert_columns import detect
+from skyfilter.core.avro_schemas import avro_files, rubin_schema, rubin_versions
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.wire import unframe
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 NIGHT = "2026-11-18"
 BROKERS = "max_alerts_per_visit: null\nbrokers:\n  ver_full:\n    filters: [detected]\n"

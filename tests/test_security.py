@@ -13,14 +13,14 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from conftest import ROOT, decode_messages, kafka_status_ports, listening_ports, stream_args, write_files
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
-from skyfilter.config import Config
-from skyfilter.delivery import read_topic
-from skyfilter.errors import SkyfilterError
-from skyfilter.kafka_clients import client_settings, connect_as, credentials_dir
-from skyfilter.kafka_local import LocalKafka, free_port_pair
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.config import Config
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.kafka_clients import client_settings, connect_as, credentials_dir
+from skyfilter.core.kafka_local import LocalKafka, free_port_pair
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 pytestmark = pytest.mark.slow  # every test here runs Kafka clusters or the stream job
 

@@ -22,12 +22,12 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, stream_args
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.delivery import read_topic
-from skyfilter.processes import free_port
-from skyfilter.spark_cluster import SparkStandalone
-from skyfilter.status import status_screen
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.processes import free_port
+from skyfilter.core.spark_cluster import SparkStandalone
+from skyfilter.core.status import status_screen
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 TOPIC = "cluster.alerts"
 VISITS, PER_VISIT, BAD = 2, 40, 2

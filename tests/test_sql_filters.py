@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import write_files
-from pipelines.filter_tools import check_filters, schema_for_check
-from skyfilter.config import Config
+from skyfilter.core.config import Config
+from skyfilter.stream.filter_tools import check_filters, schema_for_check
 
 REFUSED = {
     "several_statements.sql": ("SELECT diaSource.ra FROM alerts WHERE diaSource.snr > 5;\nDROP TABLE alerts", 2,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from conftest import DATA, stream_args, write_files
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import avro_files, read_container, rubin_schema
-from skyfilter.delivery import read_topic
-from skyfilter.errors import SkyfilterError
-from skyfilter.registry import KafkaTopicRegistry, subject_for
+from skyfilter.core.avro_schemas import avro_files, read_container, rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.registry import KafkaTopicRegistry, subject_for
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 RAISES_PY = '''
 from skyfilter import alert_filter

@@ -12,17 +12,17 @@ import json
 import pytest
 
 from conftest import NEGATIVE_PY, stream_args, stream_folder
-from pipelines.caps import VisitCaps
-from pipelines.delivery_lane import DeliveryLane
-from pipelines.delivery_log import SummaryWriter
-from pipelines.filter_stream import run
-from pipelines.lane import LaneServices
-from pipelines.monitoring import StreamMonitor
-from pipelines.quarantine import without_filter
-from pipelines.stream_plan import KAFKA_SOURCE_SCHEMA, PlanCell, build_plan, probe_batch
-from pipelines.totals import StreamTotals
-from producers.command import ProduceOptions, produce
-from skyfilter.registry import open_registry, subject_for
+from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.caps import VisitCaps
+from skyfilter.stream.delivery_lane import DeliveryLane
+from skyfilter.stream.delivery_log import SummaryWriter
+from skyfilter.stream.lane import LaneServices
+from skyfilter.stream.monitoring import StreamMonitor
+from skyfilter.stream.quarantine import without_filter
+from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, PlanCell, build_plan, probe_batch
+from skyfilter.stream.totals import StreamTotals
 
 TOPIC = "plan.alerts"
 FILTERS = {

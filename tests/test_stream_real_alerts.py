@@ -14,11 +14,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from conftest import DATA, check_topic, expected_deliveries, stream_args, write_files
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import cutout_fields
-from skyfilter.delivery import read_topic
-from skyfilter.wire import unframe
+from skyfilter.core.avro_schemas import cutout_fields
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.wire import unframe
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 ZTF_FILTERS = {
     "ztf_bright.sql": "candidate.magpsf < 15.5 AND candidate.isdiffpos = 't'",
@@ -145,8 +145,8 @@ def test_fink_rubin_alerts_are_filtered_and_archived(kafka_cfg, spark, lsst):
 
 @pytest.mark.parametrize("dataset", ["ztf", "lsst"])
 def test_archived_real_alerts_restore_to_the_original_bytes(kafka_cfg, spark, dataset, request):
-    from pipelines.night_reader import NightSelection, read_messages
-    from pipelines.tables import table_paths
+    from skyfilter.stream.night_reader import NightSelection, read_messages
+    from skyfilter.stream.tables import table_paths
 
     _, _, inputs, _ = request.getfixturevalue(dataset)
     tables = table_paths(kafka_cfg, f"{dataset}.alerts")
@@ -165,14 +165,14 @@ def test_archived_real_alerts_restore_to_the_original_bytes(kafka_cfg, spark, da
 def test_archives_of_the_earlier_layout_restore_to_the_original_bytes(kafka_cfg, spark, dataset, request):
     """Archives written before the message column (images in a ``cutouts`` table, a hash of each message):
     the fields are re-encoded with the writer schema, the images rejoined, each checked against its hash."""
-    from pipelines.archive import (
+    from skyfilter.stream.archive import (
         LEGACY_HASH_COLUMN,
         MESSAGE_KEY,
         archived_schema,
         restore_legacy_messages,
         with_cutouts,
     )
-    from pipelines.tables import table_paths
+    from skyfilter.stream.tables import table_paths
 
     _, _, inputs, _ = request.getfixturevalue(dataset)
     tables = table_paths(kafka_cfg, f"{dataset}.alerts")

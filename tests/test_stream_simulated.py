@@ -26,13 +26,13 @@ from conftest import (
     stream_args,
     write_files,
 )
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import cutout_fields, rubin_schema
-from skyfilter.consume import ConsumeOptions, consume
-from skyfilter.delivery import read_topic
-from skyfilter.registry import open_registry
-from skyfilter.wire import frame, unframe
+from skyfilter.core.avro_schemas import cutout_fields, rubin_schema
+from skyfilter.core.consume import ConsumeOptions, consume
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.registry import open_registry
+from skyfilter.core.wire import frame, unframe
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 TOPIC = "sim.alerts"
 

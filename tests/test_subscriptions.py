@@ -10,12 +10,12 @@ import fastavro
 import pytest
 
 from conftest import decode_messages, stream_args, stream_folder
-from pipelines.filter_stream import run
-from producers.command import ProduceOptions, produce
-from skyfilter.avro_schemas import rubin_schema
-from skyfilter.delivery import read_topic
-from skyfilter.registry import open_registry
-from skyfilter.wire import unframe
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.registry import open_registry
+from skyfilter.core.wire import unframe
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
 
 TOPIC = "subs.alerts"
 LITE_SQL = """-- the lite payload: four columns

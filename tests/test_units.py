@@ -14,10 +14,8 @@ import pytest
 from astropy.io import fits
 
 from conftest import DATA, ROOT, write_files
-from pipelines.filter_eval import as_verdict
-from producers.simulate import AlertSimulator
-from skyfilter.alert_columns import detect
-from skyfilter.avro_schemas import (
+from skyfilter.core.alert_columns import detect
+from skyfilter.core.avro_schemas import (
     blank_value,
     cutout_fields,
     filled_record,
@@ -27,12 +25,14 @@ from skyfilter.avro_schemas import (
     schemaless_body,
     without_fields,
 )
-from skyfilter.brokers import load_brokers
-from skyfilter.config import Config, parse_overrides
-from skyfilter.errors import SkyfilterError
-from skyfilter.filter_loader import load_filters
-from skyfilter.registry import ConfluentRegistry
-from skyfilter.wire import WireFormatError, frame, unframe
+from skyfilter.core.brokers import load_brokers
+from skyfilter.core.config import Config, parse_overrides
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.filter_loader import load_filters
+from skyfilter.core.registry import ConfluentRegistry
+from skyfilter.core.wire import WireFormatError, frame, unframe
+from skyfilter.producers.simulate import AlertSimulator
+from skyfilter.stream.filter_eval import as_verdict
 
 
 def test_wire_format_round_trip_and_errors():
@@ -239,7 +239,7 @@ def test_confluent_registry_client_speaks_the_rest_api():
 
 
 def test_consumer_lag_from_a_checkpoint_and_latest_offsets(tmp_path):
-    from skyfilter.lag import checkpoint_topic, committed_offsets, lag_per_partition
+    from skyfilter.core.lag import checkpoint_topic, committed_offsets, lag_per_partition
 
     checkpoint = tmp_path / "cp"
     (checkpoint / "offsets").mkdir(parents=True)
@@ -262,7 +262,7 @@ def test_memory_of_a_process_tree_by_process():
     import time
     from pathlib import Path
 
-    from skyfilter.memory import RssSampler, breakdown, process_label, process_tree_rss, spawning_copy
+    from skyfilter.core.memory import RssSampler, breakdown, process_label, process_tree_rss, spawning_copy
 
     script = "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"
     parent = subprocess.Popen([sys.executable, "-c", script])

@@ -1,1 +1,0 @@
-"""Spark jobs (filter_stream.py, ...) and the Spark code they share."""

@@ -1,1 +1,0 @@
-"""Alert producers: simulate visits of Rubin alerts, or replay Avro files, into Kafka."""

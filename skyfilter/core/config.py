@@ -1,0 +1,240 @@
+"""Configuration: one YAML file (default: the packaged ``local.yaml``, shown as conf/local.yaml in a checkout),
+overridable from the CLI.
+
+A file may start with ``extends: local.yaml`` to change only some keys of
+another file (``conf/cluster.yaml``, ``conf/secure.yaml``); sections merge key
+by key.  A file anywhere else extends the packaged defaults the same way.
+
+Keys are addressed with dots (``kafka.bootstrap_servers``).  A missing key is a
+one-line :class:`SkyfilterError` naming the key and the file.  Relative paths are
+relative to the project root: the folder holding the file's ``conf/`` folder, and for
+the packaged defaults the checkout skyfilter runs from (else the working directory).
+
+``conf/local.yaml`` is the one place defaults live: every key any file or
+``--set`` gives is checked against it when a config is loaded, so a misspelt or
+unknown key, or a value of the wrong kind, is one error naming the file and the
+key (:func:`check_settings`) instead of a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.versions import PACKAGE_DATA, PROJECT_ROOT
+
+DEFAULT_CONFIG = PACKAGE_DATA / "local.yaml"
+_MISSING = object()
+# Mappings handed to a library as they are (librdkafka and Spark source settings): any key goes.
+OPEN_SECTIONS = {"producer", "stream.source_options"}
+
+
+class Config:
+    """A loaded configuration file plus overrides.
+
+    Example::
+
+        cfg = Config.load("conf/local.yaml", overrides={"kafka.bootstrap_servers": "127.0.0.1:9092"})
+        cfg.get("topics.alerts")          # 'alerts'
+        cfg.path("state_dir")             # absolute Path
+    """
+
+    def __init__(self, data: dict, source: Path, root: Path = PROJECT_ROOT):
+        self.data = data
+        self.source = source
+        self.root = root
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+        """Read a YAML config (default: $SKYFILTER_CONFIG or conf/local.yaml) and apply overrides (a None
+        value sets the key to null, as ``--set key=null`` does)."""
+        given = Path(path or os.environ.get("SKYFILTER_CONFIG") or DEFAULT_CONFIG).absolute()
+        path = given.resolve()
+        data = _read_yaml(path)
+        defaults = path == DEFAULT_CONFIG.resolve()
+        reference = data if defaults else _read_yaml(DEFAULT_CONFIG)
+        check_settings(data, reference, str(path))
+        root = given.parent.parent if given.parent.name == "conf" else PROJECT_ROOT if defaults else given.parent
+        cfg = cls(data, path, root)
+        for key, value in (overrides or {}).items():
+            check_settings(_nested(key, value), reference, f"--set {key}")
+            cfg.set(key, value)
+        return cfg
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        """The value at a dotted key; without a default, a missing key is an error."""
+        node: Any = self.data
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                if default is not _MISSING:
+                    return default
+                raise SkyfilterError(f"{self.source}: missing config key '{key}'")
+            node = node[part]
+        return node
+
+    def set(self, key: str, value: Any) -> None:
+        """Override a dotted key (creating intermediate sections)."""
+        node = self.data
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+
+    def section(self, key: str) -> dict:
+        """A whole mapping (e.g. the librdkafka settings under ``producer``)."""
+        value = self.get(key)
+        if not isinstance(value, dict):
+            raise SkyfilterError(f"{self.source}: config key '{key}' must be a mapping")
+        return dict(value)
+
+    def path(self, key: str) -> Path:
+        """A path setting, made absolute against the project root."""
+        value = Path(str(self.get(key))).expanduser()
+        return value if value.is_absolute() else (self.root / value)
+
+    def copy(self) -> Config:
+        """An independent copy, to override without touching the original."""
+        return Config(copy.deepcopy(self.data), self.source, self.root)
+
+    # Derived locations, in one place so every tool agrees on them.
+    @property
+    def state_dir(self) -> Path:
+        return self.path("state_dir")
+
+    @property
+    def delta_dir(self) -> Path:
+        return self.state_dir / "delta"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.state_dir / "checkpoints"
+
+    @property
+    def run_dir(self) -> Path:
+        """Status, filter-state and error files of running jobs."""
+        return self.state_dir / "run"
+
+    def filter_states_file(self, stream: str) -> Path:
+        """Where a stream keeps its filters' states (read by `skyfilter filters status`)."""
+        return self.run_dir / f"filters.{stream}.json"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return str(self.get("kafka.bootstrap_servers"))
+
+
+def check_settings(data: dict, reference: dict, source: str, prefix: str = "") -> None:
+    """Raise one clear error for the first key of ``data`` that ``reference`` (the defaults) does not know, or
+    whose value is not of the kind its default is.
+
+    Kinds: a true/false default takes true or false; a number, a number; a list, a
+    list; a mapping, a mapping of known keys; ``auto`` or null, anything; other
+    text, any single value.  Null is accepted everywhere (it means off or unset).
+    """
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in reference:
+            close = difflib.get_close_matches(str(key), [str(k) for k in reference], n=1)
+            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            raise SkyfilterError(f"{source}: unknown config key '{dotted}'{hint}")
+        expected = reference[key]
+        problem = _kind_problem(value, expected)
+        if problem:
+            raise SkyfilterError(f"{source}: config key '{dotted}' {problem}, not {value!r}")
+        if isinstance(value, dict) and isinstance(expected, dict) and dotted not in OPEN_SECTIONS:
+            check_settings(value, expected, source, f"{dotted}.")
+
+
+def _kind_problem(value: Any, expected: Any) -> str | None:
+    if value is None or expected is None or expected == "auto":
+        return None
+    if isinstance(expected, bool):
+        return None if isinstance(value, bool) else "must be true or false"
+    if isinstance(expected, (int, float)):
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "must be a number"
+    if isinstance(expected, list):
+        return None if isinstance(value, list) else "must be a list"
+    if isinstance(expected, dict):
+        return None if isinstance(value, dict) else "must be a mapping of settings"
+    return "must be a single value" if isinstance(value, (dict, list)) else None
+
+
+def _nested(key: str, value: Any) -> dict:
+    """``a.b.c=value`` as ``{a: {b: {c: value}}}``."""
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """A config file's settings, merged over the file it ``extends`` (if any)."""
+    if not path.exists():
+        raise SkyfilterError(f"config file not found: {path}")
+    if path in seen:
+        raise SkyfilterError(f"{path}: 'extends' loops back to itself")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise SkyfilterError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise SkyfilterError(f"{path}: expected a mapping of settings at the top level")
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    beside = path.parent / str(base)
+    if not beside.exists() and (PACKAGE_DATA / str(base)).exists():  # a file of one's own extends the packaged one
+        beside = PACKAGE_DATA / str(base)
+    return _merge(_read_yaml(beside.resolve(), (*seen, path)), data)
+
+
+def _merge(base: dict, changes: dict) -> dict:
+    merged = dict(base)
+    for key, value in changes.items():
+        merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
+            else value
+    return merged
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, state_dir: str | None = None,
+                         bootstrap: bool = False) -> None:
+    """The flags every command and job shares: ``--config`` and ``--set``; ``--state-dir`` (described by
+    ``state_dir``) and ``--bootstrap`` where they apply.  Read them back with :func:`config_from_args`."""
+    if bootstrap:
+        parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: kafka.bootstrap_servers)")
+    if state_dir:
+        parser.add_argument("--state-dir", help=f"{state_dir} (default: state_dir)")
+    parser.add_argument("--config", help="YAML config (default: conf/local.yaml or $SKYFILTER_CONFIG)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                        help="override a config key, e.g. --set kafka.heap=1g (repeatable)")
+
+
+def config_from_args(args: argparse.Namespace, flags: dict[str, Any] | None = None) -> Config:
+    """The config named by ``--config`` with the ``--set`` overrides, then ``--state-dir``, ``--bootstrap`` and
+    a command's own ``flags`` (config key -> value; None = not given) on top."""
+    cfg = Config.load(getattr(args, "config", None), parse_overrides(getattr(args, "set", None)))
+    given = {"kafka.bootstrap_servers": getattr(args, "bootstrap", None),
+             "state_dir": getattr(args, "state_dir", None), **(flags or {})}
+    for key, value in given.items():
+        if value is not None:
+            cfg.set(key, value)
+    return cfg
+
+
+def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
+    """Turn ``--set key=value`` pairs into overrides (values parsed as YAML scalars)."""
+    overrides = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SkyfilterError(f"--set expects key=value, got '{pair}'")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides

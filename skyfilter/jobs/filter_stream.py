@@ -1,0 +1,205 @@
+"""The stream job: Kafka alerts -> every filter in one pass -> per-broker topics, and a Delta night archive.
+
+    spark-submit pipelines/filter_stream.py [--config conf/local.yaml] [--topic T]
+        [--filters-dir DIR] [--brokers FILE] [--trigger 0 | 5s | realtime | --available-now]
+        [--lane both | delivery | archive]
+
+Two lanes, each its own streaming query with its own checkpoint (under
+``<state_dir>/checkpoints/<name>/<lane>``), so a restart resumes where each
+stopped: the *delivery* lane (latency first: decode, filter, cap, write to
+Kafka; nothing else on its path) and the *archive* lane (throughput first:
+Delta tables, exactly once, on a slower trigger).  Works the same under
+``python pipelines/filter_stream.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from skyfilter.core.config import Config, config_from_args
+from skyfilter.core.kafka_clients import act_as
+from skyfilter.core.topics import topic_partitions
+from skyfilter.stream.archive_process import ArchiveProcess, runs_apart
+from skyfilter.stream.job_config import add_common_arguments, job_main
+from skyfilter.stream.kafka_watch import wait_until_reachable
+from skyfilter.stream.realtime import auto_trigger
+from skyfilter.stream.session import get_spark
+from skyfilter.stream.slots import Slots, configured_master, local_cores, plan_slots
+from skyfilter.stream.stream_job import StreamJob
+from skyfilter.stream.stream_plan import build_plan, wait_for_schema
+from skyfilter.stream.totals import StreamTotals, summary_lines
+from skyfilter.stream.triggers import REALTIME, Triggers, duration
+
+ARCHIVE_START_S = 300.0  # how long the job waits for its archive process to run before saying it is running
+LANES = {"both": {"delivery", "archive"}, "delivery": {"delivery"}, "archive": {"archive"}}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="filter_stream.py",
+        description="Read alerts from Kafka, apply every SQL and Python filter in one pass, write each match "
+                    "to its broker's topic (header 'filters' lists the filters it matched): the delivery lane. "
+                    "Beside it, the archive lane writes every alert, match and per-batch metric to Delta tables "
+                    "partitioned by night, exactly once, without ever delaying delivery.")
+    parser.add_argument("--topic", help="input topic (default: topics.alerts)")
+    parser.add_argument("--name", help="name of this stream's checkpoint and Delta tables (default: the topic)")
+    parser.add_argument("--filters-dir", help="folder of *.sql and *.py filters (default: stream.filters_dir)")
+    parser.add_argument("--brokers", help="brokers file (default: stream.brokers)")
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--trigger", help="delivery lane: 0 = micro-batches back to back, a duration like 500ms or 5s, "
+                                        "realtime = Spark's Real-time Mode for the brokers it can serve (the others "
+                                        "in micro-batches beside it), or auto = realtime when it can serve every "
+                                        "broker, else 0 (default: stream.trigger)")
+    when.add_argument("--available-now", action="store_true",
+                      help="process what is in the topic now (delivery, then archive), then exit 0 "
+                           "(tests, replays, scripts)")
+    parser.add_argument("--lane", choices=sorted(LANES), default="both",
+                        help="run both lanes (default), or only one of them (e.g. the archive in its own process)")
+    parser.add_argument("--archive-trigger", help="archive lane trigger, e.g. 10s (default: archive.trigger)")
+    parser.add_argument("--stop-when-idle", type=float, metavar="SECONDS",
+                        help="stop after this many seconds without new alerts")
+    parser.add_argument("--wait-for-schema", type=float, default=None, metavar="SECONDS",
+                        help="how long to wait for a producer to register the topic's schema "
+                             "(default: forever, or 0 with --available-now)")
+    add_common_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """The config with the command-line flags applied on top."""
+    cfg = config_from_args(args, {"stream.filters_dir": args.filters_dir, "stream.brokers": args.brokers,
+                                  "stream.trigger": args.trigger, "topics.alerts": args.topic,
+                                  "archive.trigger": args.archive_trigger})
+    return act_as(cfg, "pipeline")
+
+
+def triggers(cfg: Config, available_now: bool, log=print) -> Triggers:
+    """Each lane's trigger from the config (checked here, so a typo is one line before Spark starts)."""
+    if available_now:
+        return Triggers("availableNow", "availableNow", "", "availableNow")
+    delivery = str(cfg.get("stream.trigger")).strip().lower()
+    if delivery == "auto":
+        delivery, why = auto_trigger(cfg.path("stream.filters_dir"), cfg.path("stream.brokers"))
+        log(f"trigger auto -> {delivery}: {why}")
+    if delivery != REALTIME:
+        delivery = "0s" if duration(delivery) == "0 seconds" else delivery
+    archive, archive_log = str(cfg.get("archive.trigger")).strip(), str(cfg.get("archive.log_trigger")).strip()
+    duration(archive)
+    duration(archive_log)
+    return Triggers(delivery, archive, duration(cfg.get("stream.realtime.checkpoint_interval")), archive_log)
+
+
+def lane_slots(cfg: Config, topic: str, triggers_: Triggers, lanes: set[str], cores: int) -> Slots:
+    """The task slots each lane of this job needs (``skyfilter/stream/slots.py``), read from the files before
+    Spark starts."""
+    delivery = "delivery" in lanes
+    realtime = delivery and triggers_.delivery == REALTIME
+    micro_batches = delivery and (not realtime or auto_trigger(cfg.path("stream.filters_dir"),
+                                                               cfg.path("stream.brokers"))[0] != REALTIME)
+    partitions = (topic_partitions(cfg, topic) or int(cfg.get("topics.alerts_partitions"))) if realtime else 0
+    return plan_slots(cfg, cores, partitions, micro_batches, "archive" in lanes)
+
+
+def session_for(cfg: Config, topic: str, name: str, triggers_: Triggers, lanes: set[str]):
+    """The SparkSession; a local master gets a task slot for every long-lived or archive task on top of its cores,
+    so delivery keeps its cores' worth of slots free (``skyfilter/stream/slots.py``)."""
+    master = configured_master()
+    cores = local_cores(master)
+    # An archive-only driver holds no delivery batches: it gets its own (smaller) heap.
+    conf = {"spark.driver.memory": str(cfg.get("archive.driver_memory"))} \
+        if lanes == {"archive"} and cfg.get("archive.driver_memory", None) else None
+    if cores is None:
+        return get_spark(f"skyfilter-filter-stream-{name}", conf=conf)
+    need = lane_slots(cfg, topic, triggers_, lanes, cores).total
+    if need > cores:
+        print(f"task slots: Spark master {master} -> local[{need}] ({cores} for delivery, the rest for "
+              f"Real-time Mode's long-lived tasks and the archive lane)", flush=True)
+        return get_spark(f"skyfilter-filter-stream-{name}", master=f"local[{need}]", conf=conf)
+    return get_spark(f"skyfilter-filter-stream-{name}", conf=conf)
+
+
+def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
+    """Run the stream job until it is told to stop (or, with --available-now, until caught up)."""
+    cfg = load_config(args)
+    topic = str(cfg.get("topics.alerts"))
+    name = args.name or topic
+    lanes = LANES[args.lane]
+    plan_triggers = triggers(cfg, args.available_now, log)
+    wait_until_reachable(cfg, float(cfg.get("kafka.connect_wait_s")), log)
+    wait = args.wait_for_schema if args.wait_for_schema is not None else (0 if args.available_now else 1e9)
+    schema = wait_for_schema(cfg, topic, wait, log)
+    if schema is None:
+        log(f"nothing to do: no schema is registered for topic '{topic}' (nothing was produced to it)")
+        return StreamTotals()
+    # Under spark-submit the master (--master) is known only once the session runs: decide again then.
+    apart = runs_apart(cfg, lanes, args.available_now, local_cores(configured_master()) is not None)
+    spark = spark or session_for(cfg, topic, name, plan_triggers, lanes - {"archive"} if apart else lanes)
+    if runs_apart(cfg, lanes, args.available_now, local_cores(spark.sparkContext.master) is not None):
+        lanes = lanes - {"archive"}
+    apart = "archive" in LANES[args.lane] and "archive" not in lanes
+    plan = build_plan(spark, cfg, topic, name, cfg.path("stream.filters_dir"), cfg.path("stream.brokers"), schema)
+    for problem in plan.problems:
+        log(f"filter problem: {problem}")
+    log(f"stream '{name}': topic '{topic}' (schema id {plan.schema_id}, {plan.columns.family}), "
+        f"{len(plan.filters)} filter(s) enabled for {len(plan.brokers)} broker(s)")
+    if len(plan.inputs.known) > 1:
+        log(f"input schema versions: ids {', '.join(map(str, plan.inputs.readable))} read as one widened reader"
+            + "".join(f"; {reason}" for reason in plan.inputs.unreadable.values()))
+    slots = lane_slots(cfg, topic, plan_triggers, lanes, local_cores(configured_master()) or
+                       int(spark.sparkContext.defaultParallelism))
+    job = StreamJob(spark, cfg, plan, plan_triggers, lanes, slots, log)
+    try:
+        if apart:
+            job.watch_archive_process(ArchiveProcess(archive_arguments(args, cfg, topic, name),
+                                                     int(cfg.get("archive.nice", 10)), job.totals,
+                                                     cfg.run_dir / f"filter_stream.{name}.archive.log", log).start())
+        job.start()
+        running = ", ".join(f"{lane} (trigger {_label(job, lane)})" for lane in ("realtime", "delivery", "archive")
+                            if lane in job.queries or (lane == "archive" and job.archive is not None))
+        if apart:
+            if not job.archive_process.wait_until_running(ARCHIVE_START_S, lambda: job.stop_signal["signal"]):
+                log(f"archive lane (process {job.archive_process.pid}) not running yet: delivery goes on, the "
+                    f"archive catches up once it runs")
+            running += f", archive (trigger {plan_triggers.archive}, process {job.archive_process.pid})"
+        log(f"stream '{name}' running: {running}; master {spark.sparkContext.master}, checkpoints {plan.checkpoint}")
+        if args.available_now:
+            job.run_available_now()
+        else:
+            job.wait(args.stop_when_idle)
+    finally:
+        job.stop()
+        job.close()
+    return job.totals
+
+
+def archive_arguments(args: argparse.Namespace, cfg: Config, topic: str, name: str) -> list[str]:
+    """The command-line arguments of this job's archive lane run as a process of its own: the same stream,
+    files and settings, the archive lane only, no metrics endpoint (the parent serves the lanes' lag)."""
+    arguments = ["--lane", "archive", "--topic", topic, "--name", name, "--wait-for-schema", "600",
+                 "--filters-dir", str(cfg.path("stream.filters_dir")), "--brokers", str(cfg.path("stream.brokers")),
+                 "--bootstrap", str(cfg.get("kafka.bootstrap_servers")), "--state-dir", str(cfg.state_dir),
+                 "--archive-trigger", str(cfg.get("archive.trigger"))]
+    arguments += ["--config", args.config] if args.config else []
+    for setting in args.set:
+        arguments += ["--set", setting]
+    return arguments + ["--set", "monitoring.port=null", "--set", "archive.process=same"]
+
+
+def _label(job: StreamJob, lane: str) -> str:
+    return {"realtime": f"realtime {job.triggers.realtime_interval}", "delivery": job.delivery.trigger
+            if job.delivery else "-", "archive": job.triggers.archive}[lane]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def work() -> None:
+        for line in summary_lines(run(args)):
+            print(line)
+
+    return job_main("filter_stream", work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Per-broker caps: at most ``max_alerts_per_visit`` alerts of one visit go to a broker.
+
+Which alerts are kept is deterministic: within a batch, a broker's matches
+from one visit are taken in alert id order (numeric order for numeric ids:
+shorter ids first, then lexicographic) until the cap is reached; a visit
+spread over several batches fills its cap in batch order.  The rest are not
+sent, and counted per (broker, visit) in the ``broker_visits`` table.
+
+The decision is part of the batch's one Spark job: a window over each visit,
+in alert id order, counts every capped broker's matches so far (one sort of
+the batch's alerts for all brokers, with the bytes of alerts that matched
+nothing left out), and an alert goes to a broker while that count stays within
+the room the visit has left.  What earlier batches delivered is a small map
+passed into the plan; the stream's delivery log restores it after a restart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from skyfilter.core.brokers import BrokerSpec
+from skyfilter.stream.decode import is_accepted
+from skyfilter.stream.outgoing import any_match, keep_every_match_step, kept, live_brokers, matched_filters
+from skyfilter.stream.steps import Step, apply_steps, select, with_columns
+
+DELIVERED_BEFORE = "_delivered_before"  # per visit, what each capped broker received in earlier batches (JSON)
+RECENT_NIGHTS = 2  # a visit never spans more than this many nights: older counts are forgotten
+
+
+class BrokerVisit(NamedTuple):
+    """One broker's counts for one visit in one batch (a ``broker_visits`` row without its batch id)."""
+
+    night: str
+    visit_id: int
+    broker: str
+    max_alerts_per_visit: int | None
+    matched: int
+    delivered: int
+    dropped_by_cap: int
+
+
+@dataclass
+class CapDecision:
+    """One batch's per (broker, visit) counts, before and after the cap."""
+
+    rows: list[BrokerVisit]
+
+    @property
+    def delivered_by_broker(self) -> dict[str, int]:
+        return self._by_broker("delivered")
+
+    @property
+    def dropped_by_broker(self) -> dict[str, int]:
+        return self._by_broker("dropped_by_cap")
+
+    def _by_broker(self, field: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for row in self.rows:
+            out[row.broker] = out.get(row.broker, 0) + getattr(row, field)
+        return out
+
+    @property
+    def delivered(self) -> int:
+        return sum(row.delivered for row in self.rows)
+
+
+def capped(brokers: list[BrokerSpec]) -> list[tuple[int, BrokerSpec]]:
+    """The live brokers with a per-visit cap, with their slots."""
+    return [(slot, b) for slot, b in live_brokers(brokers) if b.max_alerts_per_visit is not None]
+
+
+def slim_steps(columns: list[str], brokers: list[BrokerSpec]) -> list[Step]:
+    """Before the caps' window: null the fields and bytes of alerts no broker matched (when some broker is capped).
+
+    ``columns`` are the names of the matched alerts' columns; the step does not
+    depend on the batch, so it is built once.
+    """
+    if not capped(brokers):
+        return []
+    needed = any_match(brokers) | ~is_accepted()
+    internal = {"kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "night",
+                "visit_id", "alert_id", "schema_id", "reject_reason"}
+    return [select(*[F.col(f"`{c}`") if c in internal or c.startswith("_matched_")
+                     else F.when(needed, F.col(f"`{c}`")).alias(c) for c in columns])]
+
+
+def decision_step(brokers: list[BrokerSpec]) -> Step:
+    """The step adding the ``kept`` columns, after :func:`slim_steps` and :meth:`VisitCaps.with_delivered_before`.
+
+    What earlier batches delivered comes in a column, so the step itself does
+    not depend on the batch and is built once.
+    """
+    with_cap = capped(brokers)
+    if not with_cap:
+        return keep_every_match_step(brokers)
+    in_visit = (Window.partitionBy("visit_id").orderBy(F.length("alert_id"), "alert_id")
+                .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    already = F.try_element_at(F.from_json(F.col(DELIVERED_BEFORE), "map<string,array<int>>"),
+                               F.col("visit_id").cast("string"))
+    decisions = {}
+    for position, (slot, broker) in enumerate(with_cap):
+        is_match = F.col(matched_filters(slot)).isNotNull()
+        so_far = F.count_if(is_match).over(in_visit)
+        sent = F.coalesce(F.try_element_at(already, F.lit(position + 1)), F.lit(0))
+        decisions[kept(slot)] = is_match & (so_far <= F.lit(broker.max_alerts_per_visit) - sent)
+    for slot, _ in live_brokers(brokers):
+        decisions.setdefault(kept(slot), F.col(matched_filters(slot)).isNotNull())
+    return with_columns(decisions)
+
+
+def match_keys(brokers: list[BrokerSpec]) -> Column:
+    """Per alert, ``slot:visit`` for every broker it matched, comma-separated (null when none)."""
+    keys = [F.when(F.col(matched_filters(slot)).isNotNull(), F.concat(F.lit(f"{slot}:"), F.col("visit_id")))
+            for slot, _ in live_brokers(brokers)]
+    joined = F.concat_ws(",", *keys) if keys else F.lit("")
+    return F.when(joined != "", joined)
+
+
+class VisitCaps:
+    """What each capped broker already received per visit, and the cap applied to each batch."""
+
+    def __init__(self):
+        self.delivered: dict[tuple[str, int], int] = {}
+        self.nights: dict[int, str] = {}
+
+    def decide(self, matched: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
+        """Add each live broker's ``kept`` column to alerts carrying their broker matches.
+
+        Without capped brokers this is a projection; with them, one window
+        over each visit (a shuffle inside the same job).  The bytes and fields
+        of alerts that matched nothing and decoded fine are dropped first, so
+        the shuffle carries little more than the matches.
+        """
+        slim = apply_steps(matched, slim_steps(matched.columns, brokers))
+        return apply_steps(self.with_delivered_before(slim, brokers), [decision_step(brokers)])
+
+    def with_delivered_before(self, frame: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
+        """``frame`` with the column :func:`decision_step` reads: what earlier batches delivered, per visit."""
+        with_cap = capped(brokers)
+        return frame.withColumn(DELIVERED_BEFORE, F.lit(self._already_json(with_cap))) if with_cap else frame
+
+    def _already_json(self, with_cap: list[tuple[int, BrokerSpec]]) -> str:
+        """Per visit, what each capped broker (in order) already received: a JSON map folded into the plan."""
+        names = [b.name for _, b in with_cap]
+        visits = {visit for (_, visit) in self.delivered}
+        return json.dumps({str(v): [self.delivered.get((n, v), 0) for n in names] for v in sorted(visits)})
+
+    def record(self, brokers: list[BrokerSpec], matched_keys: list[str], nights: dict[int, str]) -> CapDecision:
+        """Count a finished batch: per (broker, visit) matched, delivered and dropped; remember what was sent.
+
+        ``matched_keys`` are the batch's ``slot:visit`` keys (see :func:`match_keys`),
+        ``nights`` the night of each visit in the batch.
+        """
+        self.nights.update(nights)
+        by_slot = dict(live_brokers(brokers))
+        rows = []
+        for (slot, visit), count in sorted(Counter(_split_key(k) for k in matched_keys if k).items()):
+            broker = by_slot[slot]
+            cap = broker.max_alerts_per_visit
+            already = self.delivered.get((broker.name, visit), 0)
+            delivered = count if cap is None else max(0, min(count, cap - already))
+            rows.append(BrokerVisit(self.nights.get(visit, ""), visit, broker.name, cap, count, delivered,
+                                    count - delivered))
+            if cap is not None:
+                self.delivered[(broker.name, visit)] = already + delivered
+        self._forget_old_nights()
+        return CapDecision(rows)
+
+    def restore(self, rows: list[tuple[str, int, str, int]]) -> None:
+        """Resume from (night, visit, broker, delivered) rows of earlier batches (the delivery log)."""
+        for night, visit, broker, delivered in rows:
+            self.nights[visit] = night
+            self.delivered[(broker, visit)] = self.delivered.get((broker, visit), 0) + delivered
+        self._forget_old_nights()
+
+    def _forget_old_nights(self) -> None:
+        recent = set(sorted(set(self.nights.values()), reverse=True)[:RECENT_NIGHTS])
+        self.delivered = {k: v for k, v in self.delivered.items() if self.nights.get(k[1]) in recent}
+        self.nights = {visit: night for visit, night in self.nights.items() if night in recent}
+
+
+def _split_key(key: str) -> tuple[int, int]:
+    slot, _, visit = key.partition(":")
+    return int(slot), int(visit)

@@ -1,0 +1,114 @@
+"""What a delivery batch computes, built once per plan and applied to every batch.
+
+A batch's DataFrame is the same query over new Kafka rows: decode without
+the cutouts, evaluate every filter, name each broker's matched filters,
+observe the batch's figures, apply the per-visit caps, and turn each alert into
+its Kafka rows (``skyfilter/stream/outgoing.py``).  :class:`DeliveryProgram` holds
+those Column expressions as steps (``skyfilter/stream/steps.py``), so a batch costs a
+few hundred JVM round trips instead of thousands; what earlier batches
+delivered (the caps' memory) comes in as a literal column.  A reload or a
+quarantine changes the plan, and the lane builds a new program (see
+:func:`program_key`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from skyfilter.core.brokers import BrokerSpec
+from skyfilter.core.filter_loader import FilterSpec
+from skyfilter.stream.caps import VisitCaps, capped, decision_step, match_keys, slim_steps
+from skyfilter.stream.decode import decode_steps, is_accepted
+from skyfilter.stream.filter_eval import PYTHON_COLUMN, REPORT_FIELD, filter_column, filter_steps
+from skyfilter.stream.outgoing import broker_match_step, kafka_row_steps, live_brokers, matched_filters, with_batch_id
+from skyfilter.stream.steps import JvmSteps, Step, apply_steps, observe
+from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
+
+_observation_ids = itertools.count()
+
+
+def lane_filters(plan: StreamPlan, brokers: list[BrokerSpec]) -> list[FilterSpec]:
+    """The filters some of these brokers use, in the plan's order."""
+    wanted = {name for broker in brokers for name in broker.enabled_filters}
+    return [spec for spec in plan.filters if spec.name in wanted]
+
+
+def evaluate_steps(plan: StreamPlan, brokers: list[BrokerSpec], unknown_fails: bool = False) -> list[Step]:
+    """Kafka rows to alerts decoded without cutouts, with each filter's verdict and each broker's matches.
+
+    ``unknown_fails``: an input schema id the plan does not know stops the query (see ``skyfilter/stream/decode.py``).
+    """
+    return [*decode_steps(plan.inputs, plan.columns, plan.night_offset_hours, plan.max_alert_bytes,
+                          plan.reader_json, unknown_fails),
+            *filter_steps(lane_filters(plan, brokers), is_accepted()), broker_match_step(brokers)]
+
+
+def evaluate(plan: StreamPlan, raw: DataFrame, brokers: list[BrokerSpec], unknown_fails: bool = False
+             ) -> DataFrame:
+    """Kafka rows decoded without cutouts, with each filter's verdict and each broker's matched filters."""
+    return apply_steps(raw, evaluate_steps(plan, brokers, unknown_fails))
+
+
+def batch_figures(filters: list[FilterSpec], brokers: list[BrokerSpec], per_visit: bool) -> list[Column]:
+    """The aggregates a delivery batch observes on its own job.
+
+    ``per_visit`` collects each match's ``slot:visit`` key (what the caps count);
+    without it, only per-broker totals.
+    """
+    accepted = is_accepted()
+    millis = F.unix_millis("kafka_timestamp").cast("double")
+    figures = [F.count(F.lit(1)).alias("input_alerts"), F.count_if(~accepted).alias("rejected"),
+               F.percentile_approx(F.when(accepted, millis), [0.01, 0.05, 0.5], 10000).alias("appended_ms"),
+               F.min(F.when(accepted, millis)).alias("first_ms")]
+    figures += [F.count_if(F.col(filter_column(spec.name))).alias(f"f:{spec.name}") for spec in filters]
+    if any(spec.kind == "python" for spec in filters):
+        figures.append(F.collect_list(F.col(PYTHON_COLUMN)[REPORT_FIELD]).alias("python_reports"))
+    if per_visit:
+        figures.append(F.array_join(F.collect_list(match_keys(brokers)), ",").alias("match_keys"))
+        figures.append(F.collect_set(F.when(accepted, F.concat_ws(":", "visit_id", "night"))).alias("visits"))
+    else:
+        figures += [F.count_if(F.col(matched_filters(slot)).isNotNull()).alias(f"b:{b.name}")
+                    for slot, b in live_brokers(brokers)]
+    return figures
+
+
+def program_key(plan: StreamPlan, brokers: list[BrokerSpec], dead_letters: bool) -> Hashable:
+    """What a program depends on: equal keys, same program.  Reload, quarantine and new input schema versions
+    replace the plan's filter specs, brokers' filter lists and inputs, so identities and broker settings are
+    enough."""
+    return (id(plan), id(plan.inputs), tuple(id(spec) for spec in plan.filters),
+            tuple((b.name, b.topic, b.format, b.encoding, b.max_alerts_per_visit, tuple(b.enabled_filters))
+                  for b in brokers),
+            tuple((name, id(encoding)) for name, encoding in plan.encodings.items()), dead_letters)
+
+
+class DeliveryProgram:
+    """The delivery lane's query for one plan and broker set, ready to apply to batches of Kafka rows.
+
+    Its columns are built once and kept in the JVM (:class:`~skyfilter.stream.steps.JvmSteps`): a batch
+    costs a dozen round trips to the JVM, whatever the number of filters and brokers.
+    """
+
+    def __init__(self, spark: SparkSession, plan: StreamPlan, brokers: list[BrokerSpec], dead_letters: bool):
+        self.brokers = brokers
+        self.filters = lane_filters(plan, brokers)
+        evaluate = evaluate_steps(plan, brokers)
+        # the caps' slimming step names every column: read them once from an empty batch (only with caps)
+        slim = slim_steps(apply_steps(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), evaluate).columns,
+                          brokers) if capped(brokers) else []
+        self.head = JvmSteps(spark, [*evaluate, observe(*batch_figures(self.filters, brokers, per_visit=True)),
+                                     *slim])
+        self.tail = JvmSteps(spark, [decision_step(brokers), *kafka_row_steps(
+            brokers, plan.encodings, plan.deadletter_topic if dead_letters else None, plan.delivery_log_topic,
+            writers=plan.inputs.readable)])
+
+    def apply(self, raw: DataFrame, batch_id: int, caps: VisitCaps) -> tuple[DataFrame, Observation]:
+        """The Kafka rows of a batch of input rows, and the observation that will hold its figures."""
+        observation = Observation(f"delivery_{next(_observation_ids)}")
+        observed = self.head.apply(raw, observation)
+        decided = caps.with_delivered_before(with_batch_id(observed, batch_id), self.brokers)
+        return self.tail.apply(decided), observation

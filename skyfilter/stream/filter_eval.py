@@ -1,0 +1,169 @@
+"""Filters inside Spark: checked by Spark's own parser and analyzer, evaluated in one pass.
+
+SQL filters become Spark expressions (no Python in the loop).  All Python
+filters of a stream share one vectorized pandas UDF, so each batch crosses
+into Python once; a filter that raises is isolated there: its column is null
+for that batch and its error travels back to the driver in a side report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import numpy as np
+import pandas as pd
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.functions import pandas_udf
+
+from skyfilter.core.filter_loader import FilterProblem, FilterSpec, filter_function
+from skyfilter.stream.sql_filters import analyze_sql, explain
+from skyfilter.stream.steps import Step, apply_steps, with_columns
+
+PYTHON_COLUMN = "_python_filters"
+REPORT_FIELD = "_report"
+
+# pyspark logs every analysis error with a full JVM stack trace; we report our own one-liners.
+for _logger in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+    logging.getLogger(_logger).setLevel(logging.CRITICAL)
+
+
+def filter_column(name: str) -> str:
+    """The boolean column holding a filter's verdict in the evaluated batch."""
+    return f"_f_{name}"
+
+
+def struct_paths(schema: T.StructType, prefix: str = "") -> list[str]:
+    """Every dotted field path of a Spark schema (for 'did you mean' hints)."""
+    paths = []
+    for field in schema.fields:
+        paths.append(prefix + field.name)
+        if isinstance(field.dataType, T.StructType):
+            paths.extend(struct_paths(field.dataType, prefix + field.name + "."))
+    return paths
+
+
+def validate_filters(frame: DataFrame, specs: list[FilterSpec]) -> tuple[list[FilterSpec], list[FilterProblem]]:
+    """Check each filter against the columns of ``frame`` (analysis only, no data read).
+
+    Returns the filters that may run and one problem per broken filter.
+    """
+    paths = struct_paths(frame.schema)
+    enabled, problems = [], []
+    for spec in specs:
+        problem = _check_sql(frame, spec, paths) if spec.kind == "sql" else _check_python(frame, spec, paths)
+        if problem is None:
+            enabled.append(spec)
+        else:
+            problems.append(problem)
+    return enabled, problems
+
+
+def _check_sql(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> FilterProblem | None:
+    shape = analyze_sql(frame, spec, paths)
+    if isinstance(shape, FilterProblem):
+        return shape
+    spec.condition, spec.selects = shape.condition, shape.selects
+    return None
+
+
+def _check_python(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> FilterProblem | None:
+    for column in spec.columns:
+        try:
+            _ = frame.select(F.col(column)).schema
+        except AnalysisException as exc:
+            return FilterProblem(spec.path, spec.line, explain(exc, paths, column))
+    return None
+
+
+# --------------------------------------------------------------------------- evaluation
+def python_filters_column(specs: list[FilterSpec], accepted: Column) -> Column:
+    """One pandas UDF evaluating every Python filter.
+
+    Returns a struct with each filter's verdict and a ``_report`` field: on the
+    first row of each Arrow batch, a JSON object giving per filter the seconds
+    it spent, and if it raised, its error and an alert id of that batch
+    (:func:`merge_reports` sums them on the driver).  Only rows where
+    ``accepted`` is true reach the filters (a rejected message has no alert);
+    the others get a null verdict.
+    """
+    columns = list(dict.fromkeys(c for spec in specs for c in spec.columns))
+    plan = [(spec, [columns.index(c) for c in spec.columns]) for spec in specs]
+    fields = [T.StructField(spec.name, T.BooleanType()) for spec in specs]
+    fields.append(T.StructField(REPORT_FIELD, T.StringType()))
+
+    def evaluate(mask, alert_ids, *series):
+        rows = len(mask)
+        keep = mask.fillna(False).astype(bool).to_numpy()
+        kept = int(keep.sum())
+        inputs = [s[keep].reset_index(drop=True).infer_objects() for s in series]
+        sample = alert_ids[keep].iloc[0] if kept else None
+        out, report = {}, {}
+        for spec, positions in plan:
+            values, missing = np.zeros(rows, dtype=bool), np.ones(rows, dtype=bool)
+            began = time.perf_counter()
+            entry = {}
+            try:
+                if kept:
+                    verdict = as_verdict(filter_function(spec)(*[inputs[i] for i in positions]), kept)
+                    values[keep] = verdict.fillna(False).to_numpy(dtype=bool)
+                    missing[keep] = verdict.isna().to_numpy()
+            except Exception as exc:  # noqa: BLE001 - a failing filter must not stop the others
+                values[:], missing[:] = False, True
+                entry = {"error": f"{type(exc).__name__}: {exc}", "sample": sample}
+            out[spec.name] = pd.arrays.BooleanArray(values, missing)
+            report[spec.name] = {"seconds": time.perf_counter() - began, **entry}
+        out[REPORT_FIELD] = pd.Series([json.dumps(report)] + [None] * (rows - 1), dtype=object)
+        return pd.DataFrame(out)
+
+    return pandas_udf(evaluate, T.StructType(fields))(accepted, F.col("alert_id"), *[F.col(c) for c in columns])
+
+
+def merge_reports(reports: list[str]) -> dict[str, dict]:
+    """The Arrow batches' reports of :func:`python_filters_column` as one per filter:
+    ``{"seconds": total, "error": first error or None, "sample": its alert id or None}``."""
+    merged: dict[str, dict] = {}
+    for text in reports:
+        for name, entry in json.loads(text).items():
+            total = merged.setdefault(name, {"seconds": 0.0, "error": None, "sample": None})
+            total["seconds"] += entry["seconds"]
+            if entry.get("error") and not total["error"]:
+                total["error"], total["sample"] = entry["error"], entry.get("sample")
+    return merged
+
+
+def as_verdict(result, rows: int) -> pd.Series:
+    """A filter's return value as a nullable boolean Series of the batch's length."""
+    if isinstance(result, pd.DataFrame) or not hasattr(result, "__len__"):
+        raise TypeError(f"filter returned {type(result).__name__}, expected a boolean Series")
+    verdict = pd.Series(result).reset_index(drop=True)
+    if len(verdict) != rows:
+        raise TypeError(f"filter returned {len(verdict)} values for {rows} alerts")
+    if verdict.dtype == object and verdict.map(lambda v: v is None or isinstance(v, bool)).all():
+        return verdict.astype("boolean")
+    if not (pd.api.types.is_bool_dtype(verdict.dtype)):
+        raise TypeError(f"filter returned {verdict.dtype} values, expected booleans")
+    return verdict.astype("boolean")
+
+
+def add_filter_columns(frame: DataFrame, specs: list[FilterSpec], accepted: Column) -> DataFrame:
+    """Append one non-null boolean column per filter (and the Python side column).
+
+    A filter is true only on accepted rows; null verdicts count as no match.
+    """
+    return apply_steps(frame, filter_steps(specs, accepted))
+
+
+def filter_steps(specs: list[FilterSpec], accepted: Column) -> list[Step]:
+    """The steps of :func:`add_filter_columns`, to build once and apply to many batches."""
+    python_specs = [s for s in specs if s.kind == "python"]
+    python = {PYTHON_COLUMN: python_filters_column(python_specs, accepted)} if python_specs else {}
+    verdicts = {}
+    for spec in specs:
+        raw = F.expr(spec.condition) if spec.kind == "sql" else F.col(PYTHON_COLUMN)[spec.name]
+        verdicts[filter_column(spec.name)] = accepted & F.coalesce(raw, F.lit(False))
+    return [with_columns(python), with_columns(verdicts)]

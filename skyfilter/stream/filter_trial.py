@@ -1,0 +1,205 @@
+"""Try one filter on sample alerts or an archived night: ``skyfilter filters test``.
+
+Like ANTARES' devkit: how many alerts it keeps, how long it takes per alert,
+and what the first matches look like, before the filter goes live.  The
+filter runs through the stream's own code (Spark's checks, the shared pandas
+UDF for Python filters), on a local frame of the sample.
+
+Timing: a Python filter is timed alert by alert (one-row Arrow batches, the
+time measured around the user's function).  A SQL filter runs inside Spark's
+generated code, where single rows cannot be timed; its figure is the time of
+a pass over at least 10,000 alerts (copies of the sample, images left out) divided by the
+alerts, over several runs (Spark's job overhead included: an upper bound).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from skyfilter.core.alert_columns import detect
+from skyfilter.core.avro_schemas import avro_files, fingerprint, read_container, schema_text
+from skyfilter.core.config import Config
+from skyfilter.core.delivery import percentile
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.filter_loader import FilterSpec, load_filters
+from skyfilter.core.reader_schema import reader_for
+from skyfilter.core.wire import frame
+from skyfilter.stream.decode import decode, is_accepted
+from skyfilter.stream.filter_eval import (
+    PYTHON_COLUMN,
+    REPORT_FIELD,
+    add_filter_columns,
+    filter_column,
+    merge_reports,
+    validate_filters,
+)
+from skyfilter.stream.input_schemas import InputSchemas
+from skyfilter.stream.night_reader import NightSelection, read_messages
+from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA
+from skyfilter.stream.tables import table_paths
+
+SQL_TIMING_RUNS = 10
+SQL_TIMING_ROWS = 10_000  # SQL filters are timed over at least this many alerts (copies of the sample)
+
+
+@dataclass
+class TrialReport:
+    """What one filter did on a sample."""
+
+    name: str
+    kind: str
+    source: str
+    scanned: int
+    matched: int
+    per_alert_ms: list[float]
+    timing_note: str
+    columns: list[str] = field(default_factory=list)
+    first_matches: list[dict] = field(default_factory=list)
+
+    @property
+    def match_rate(self) -> float:
+        return self.matched / self.scanned if self.scanned else 0.0
+
+    def lines(self) -> list[str]:
+        """The report as printed by ``skyfilter filters test``."""
+        out = [f"filter {self.name} ({self.kind}) on {self.source}",
+               f"alerts scanned: {self.scanned}", f"matched:        {self.matched}",
+               f"match rate:     {100 * self.match_rate:.2f} %"]
+        if self.per_alert_ms:
+            p50, p90, p99 = (percentile(self.per_alert_ms, q) for q in (0.5, 0.9, 0.99))
+            out.append(f"time per alert: p50 {p50:.4f} ms, p90 {p90:.4f} ms, p99 {p99:.4f} ms ({self.timing_note})")
+        if self.first_matches:
+            out.append(f"first {len(self.first_matches)} match(es):")
+            for row in self.first_matches:
+                out.append("  " + ", ".join(f"{k}={_short(v)}" for k, v in row.items()))
+        return out
+
+
+def sample_frame(spark: SparkSession, cfg: Config, paths: list[str | Path]) -> tuple[DataFrame, str]:
+    """The alerts of Avro container files, decoded exactly as the stream decodes Kafka messages.
+
+    Files of several versions of one survey's schema are read as the stream reads a topic
+    that carries them: each with its own schema, onto the newest one widened
+    (``skyfilter/core/reader_schema.py``).
+    """
+    files = avro_files(paths)
+    writers: dict[str, int] = {}  # fingerprint -> id, in the order first seen
+    schemas: list[tuple[int, dict]] = []
+    rows, now = [], dt.datetime.now(dt.UTC)
+    for path in files:
+        file_schema, records = read_container(path)
+        schema_id = writers.setdefault(fingerprint(file_schema), len(writers))
+        if schema_id == len(schemas):
+            schemas.append((schema_id, file_schema))
+        rows += [(None, frame(schema_id, record.body), "sample", 0, len(rows) + i, now, 0)
+                 for i, record in enumerate(records)]
+    reader, unreadable = reader_for(schemas)
+    if unreadable:
+        raise SkyfilterError(f"{files[0].parent}: sample files of other alerts than the others: "
+                             f"{next(iter(unreadable.values()))}; test one survey's alerts at a time")
+    inputs = InputSchemas("sample", reader, {i: schema_text(schema) for i, schema in schemas})
+    raw = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
+    decoded = decode(raw, inputs, detect(reader, cfg), float(cfg.get("stream.night_offset_hours")))
+    return decoded, f"{len(files)} sample file(s)"
+
+
+def night_frame(spark: SparkSession, cfg: Config, name: str, night: str) -> tuple[DataFrame, str]:
+    """The archived alerts of one night of a stream, as the stream's filters saw them."""
+    messages, _ = read_messages(spark, table_paths(cfg, name), NightSelection(night, None, None, None))
+    return messages.withColumn("reject_reason", F.lit(None).cast("string")), f"night {night} of '{name}'"
+
+
+def find_filter(folder: Path, name: str) -> FilterSpec:
+    """The filter named ``name`` in a folder (a load problem is an error)."""
+    specs, problems = load_filters(folder)
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    for problem in problems:
+        if problem.path.stem == name:
+            raise SkyfilterError(str(problem))
+    known = ", ".join(sorted(s.name for s in specs)) or "none"
+    raise SkyfilterError(f"no filter '{name}' in {folder} (filters there: {known})")
+
+
+def run_trial(spark: SparkSession, spec: FilterSpec, alerts: DataFrame, source: str, limit: int | None = None,
+              show: int = 5) -> TrialReport:
+    """Run one filter over a frame of decoded alerts; counts, per-alert timing and the first matches."""
+    valid, problems = validate_filters(alerts, [spec])
+    if problems:
+        raise SkyfilterError(str(problems[0]))
+    spec = valid[0]
+    sample = (alerts.limit(limit) if limit else alerts).where(is_accepted()).cache()
+    scanned = sample.count()
+    evaluated = add_filter_columns(sample, [spec], F.lit(True))
+    verdict = F.col(filter_column(spec.name))
+    if spec.kind == "python":
+        per_alert, note = _python_timings(spark, evaluated, spec), "Python, timed alert by alert"
+    else:
+        per_alert, note = _sql_timings(sample, spec, scanned)
+    columns = shown_columns(spark, spec)
+    matches = evaluated.where(verdict)
+    matched = matches.count()
+    first = matches.orderBy(F.length("alert_id"), "alert_id").limit(show) \
+        .select("alert_id", *[F.expr(expression).alias(name) for name, expression in columns]).collect()
+    sample.unpersist()
+    return TrialReport(spec.name, spec.kind, source, scanned, matched, per_alert, note,
+                       [n for n, _ in columns], [row.asDict() for row in first])
+
+
+def _python_timings(spark: SparkSession, evaluated: DataFrame, spec: FilterSpec) -> list[float]:
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "1")
+    try:
+        reports = evaluated.select(F.col(PYTHON_COLUMN)[REPORT_FIELD].alias("report")).collect()
+    finally:
+        spark.conf.set(key, before)
+    return [merge_reports([row.report])[spec.name]["seconds"] * 1000.0 for row in reports if row.report]
+
+
+def _sql_timings(sample: DataFrame, spec: FilterSpec, scanned: int) -> tuple[list[float], str]:
+    copies = max(1, -(-SQL_TIMING_ROWS // max(scanned, 1)))
+    images = [f.name for f in sample.schema.fields
+              if isinstance(f.dataType, T.BinaryType) and f.name not in spec.condition]
+    copy_ids = sample.sparkSession.range(copies).withColumnRenamed("id", "_copy")
+    repeated = sample.drop(*images).crossJoin(copy_ids).cache()
+    rows = repeated.count()
+    condition = F.count_if(F.expr(spec.condition))
+    repeated.agg(condition).collect()  # compile once before timing
+    runs = []
+    for _ in range(SQL_TIMING_RUNS):
+        began = time.perf_counter()
+        repeated.agg(condition).collect()
+        runs.append((time.perf_counter() - began) * 1000.0 / rows)
+    repeated.unpersist()
+    return runs, (f"SQL in Spark: time of one pass over {rows} alerts ({copies} copies of the sample) / alerts, "
+                  f"{SQL_TIMING_RUNS} runs, job overhead included")
+
+
+def shown_columns(spark: SparkSession, spec: FilterSpec) -> list[tuple[str, str]]:
+    """The key columns of a filter's matches: its SELECT list, its Python columns, or those its condition reads."""
+    if spec.selects:
+        return [(n, e) for n, e in spec.selects if n != "alert_id"]
+    if spec.kind == "python":
+        return [(c, c) for c in spec.columns]
+    parser = spark._jsparkSession.sessionState().sqlParser()
+    nodes = json.loads(parser.parseExpression(spec.condition).toJSON())
+    names = [node["nameParts"].strip("[]").replace(", ", ".") for node in nodes
+             if node["class"].endswith("UnresolvedAttribute")]
+    return [(n, n) for n in dict.fromkeys(names) if n != "alert_id"]
+
+
+def _short(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."

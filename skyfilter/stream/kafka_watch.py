@@ -1,0 +1,91 @@
+"""Kafka reachability around a streaming query: wait at start-up, say so when it goes away.
+
+Spark's Kafka source blocks quietly while no broker answers and resumes from
+its checkpoint when one does, so an outage loses nothing; but a quiet stream
+looks like a hung one.  The watch logs one line when Kafka stops answering,
+one when it is back (with how long it was away), and stops the job with a
+clear error when an outage lasts longer than ``kafka.outage_limit_s``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from confluent_kafka import KafkaException
+
+from skyfilter.core.config import Config
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.topics import admin_client, check_reachable
+
+
+def wait_until_reachable(cfg: Config, wait_s: float, log: Callable[[str], None] = print) -> None:
+    """Return once Kafka answers; after ``wait_s`` seconds of trying, raise the one-line error."""
+    deadline = time.monotonic() + wait_s
+    announced = False
+    while True:
+        try:
+            check_reachable(cfg, timeout=5.0)
+            if announced:
+                log(f"Kafka at {cfg.bootstrap_servers} answers: starting")
+            return
+        except SkyfilterError:
+            if time.monotonic() >= deadline:
+                raise
+            if not announced:
+                log(f"Kafka at {cfg.bootstrap_servers} does not answer yet: retrying every 5 s for up to "
+                    f"{wait_s:.0f} s (kafka.connect_wait_s)")
+                announced = True
+            time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+
+
+class KafkaWatch:
+    """A daemon thread that probes Kafka every ``interval_s`` seconds while a query runs."""
+
+    def __init__(self, cfg: Config, log: Callable[[str], None] = print, interval_s: float = 5.0):
+        self.cfg = cfg
+        self.log = log
+        self.interval_s = interval_s
+        self.limit_s = float(cfg.get("kafka.outage_limit_s", 600))
+        self.down_since: float | None = None
+        self.back_at = 0.0  # wall-clock time Kafka last came back (0: never away)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kafka-watch", daemon=True)
+
+    def start(self) -> KafkaWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def outage_s(self) -> float:
+        """How long Kafka has been unreachable (0 while it answers)."""
+        return 0.0 if self.down_since is None else time.monotonic() - self.down_since
+
+    def over_limit(self) -> SkyfilterError | None:
+        """The error to stop with once an outage lasts longer than the limit."""
+        if self.down_since is None or self.outage_s() <= self.limit_s:
+            return None
+        return SkyfilterError(f"Kafka at {self.cfg.bootstrap_servers} has not answered for {self.outage_s():.0f} s "
+                              f"(kafka.outage_limit_s = {self.limit_s:.0f}): stopping; the checkpoint keeps every "
+                              f"offset, so starting the job again resumes where it stopped")
+
+    def _run(self) -> None:
+        admin = admin_client(self.cfg)
+        while not self._stop.wait(self.interval_s):
+            try:
+                admin.list_topics(timeout=min(self.interval_s, 5.0))
+                reachable = True
+            except KafkaException:
+                reachable = False
+            if not reachable and self.down_since is None:
+                self.down_since = time.monotonic()
+                self.log(f"Kafka at {self.cfg.bootstrap_servers} is unreachable: the stream waits and resumes "
+                         f"from its checkpoint when it returns (stops after {self.limit_s:.0f} s)")
+            elif reachable and self.down_since is not None:
+                away = time.monotonic() - self.down_since
+                self.down_since = None
+                self.back_at = time.time()
+                self.log(f"Kafka at {self.cfg.bootstrap_servers} is reachable again after {away:.0f} s: resuming")

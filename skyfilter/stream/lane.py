@@ -1,0 +1,116 @@
+"""What every lane of a stream job shares: Spark, the plan, the Kafka sink settings, the monitor, the totals."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
+
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.registry import open_registry
+from skyfilter.stream.input_schemas import InputWatch
+from skyfilter.stream.monitoring import StreamMonitor
+from skyfilter.stream.outputs import register_writers
+from skyfilter.stream.stream_plan import PlanCell, StreamPlan
+from skyfilter.stream.totals import StreamTotals
+
+
+@dataclass(frozen=True)
+class LaneServices:
+    """The pieces of one stream job that its delivery, real-time and archive lanes all use.
+
+    The plan is shared through its cell: hot reload, quarantine and new input schema
+    versions swap a new plan in for every lane at once.
+    """
+
+    spark: SparkSession
+    cell: PlanCell
+    kafka_options: dict[str, str]  # the Kafka sink's connection settings
+    monitor: StreamMonitor
+    totals: StreamTotals
+    log: Callable[[str], None] = print
+
+
+class Lane:
+    """Base of the lanes: exposes the shared services as attributes.
+
+    Each lane writes to Kafka through its own producer (Spark keeps one per set of
+    options, so a lane's ``client.id`` sets it apart): small real-time records never
+    queue behind the archive lane's copy of every alert, and brokers can tell the
+    lanes apart (metrics, quotas).  The id names the lane only, not the stream, so a
+    JVM that runs many streams in turn (benchmarks, tests) keeps three producers.
+    """
+
+    def __init__(self, services: LaneServices, name: str):
+        self.services = services
+        self.spark = services.spark
+        self.cell = services.cell
+        self.plan: StreamPlan = services.cell.current  # the plan of the batch under way (see take_plan)
+        self.kafka_options = {**services.kafka_options, "kafka.client.id": f"skyfilter-{name}"}
+        self.monitor = services.monitor
+        self.totals = services.totals
+        self.log = services.log
+        self.input_watch = InputWatch(self.plan.cfg, self.log, f"{name} lane")
+
+    def take_plan(self) -> StreamPlan:
+        """Take the plan in force now for the batch that starts (a swap never lands in the middle of a batch)."""
+        self.plan = self.cell.current
+        return self.plan
+
+    def refresh_inputs(self, seen: list[int] | None = None) -> dict[int, str]:
+        """Adopt the input schema versions registered since the last look; returns the new readable ones.
+
+        Called before each micro-batch: a producer registers a version before it
+        sends alerts of it, so every id in the batch is known by then.  ``full``
+        broker topics get the new version registered under its id.
+        """
+        new: dict[int, str] = {}
+
+        def adopt(plan: StreamPlan) -> StreamPlan | None:
+            updated = self.input_watch.check(plan.inputs, seen)
+            if updated is None:
+                return None
+            new.update({i: text for i, text in updated.readable.items() if i not in plan.inputs.readable})
+            return replace(plan, inputs=updated)
+
+        plan = self.cell.update(adopt)  # the lanes look from their own threads: one at a time
+        full = [b.topic for b in plan.brokers if b.format == "full"]
+        if not (new and full):
+            return new
+        try:
+            registry = open_registry(plan.cfg, output=True)
+            for topic in full:
+                register_writers(registry, topic, new)
+        except SkyfilterError as exc:
+            self.log(f"input schemas: {exc}")
+        return new
+
+    def warm_up_kafka(self, topics: list[str]) -> None:
+        """Load the Kafka producer's classes and fetch the metadata of ``topics`` before the first alert.
+
+        Spark creates a sink's producer on the first record it writes; the first
+        time in a JVM that costs a few hundred milliseconds, which the first visit
+        of a night would wait for.  A throwaway producer with the sink's settings
+        pays it here, without writing anything.
+        """
+        jvm = self.spark.sparkContext._jvm
+        settings = jvm.java.util.Properties()
+        for key, value in self.kafka_options.items():
+            if key.startswith("kafka."):
+                settings.setProperty(key[len("kafka."):], str(value))
+        serializer = "org.apache.kafka.common.serialization.ByteArraySerializer"
+        settings.setProperty("key.serializer", serializer)
+        settings.setProperty("value.serializer", serializer)
+        settings.setProperty("max.block.ms", "5000")  # a topic made later (a night's) is not waited for
+        producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(settings)
+        try:
+            for topic in topics:
+                try:
+                    producer.partitionsFor(topic)
+                except Py4JJavaError:
+                    pass  # best effort: the sink's own write says what is wrong with a topic
+        finally:
+            producer.close()
+

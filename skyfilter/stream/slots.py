@@ -1,0 +1,81 @@
+"""How many task slots each lane of a stream job gets, so that a delivery batch never waits for one.
+
+Spark runs a task per free slot and never preempts one.  The lanes therefore
+get slots of their own rather than compete for them:
+
+* Real-time Mode holds one long-lived task per input partition;
+* the archive lane's queries run in ``archive.tasks`` task(s) plus one for the
+  delivery-log query, whatever their batch size;
+* micro-batch delivery gets the rest: ``stream.tasks``, or by default the
+  cores the configured master names (``local[2]``: 2).
+
+On a local master the job asks Spark for the sum (``local[2]`` with the archive
+beside delivery becomes ``local[4]``); the threads of the archive and of
+Real-time Mode mostly wait (on Kafka, on their trigger), so more threads than
+cores is what lets delivery start at once.  On a cluster the executors' cores
+are what they are: delivery gets what the other lanes leave.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from skyfilter.core.config import Config
+from skyfilter.core.errors import SkyfilterError
+
+
+@dataclass(frozen=True)
+class Slots:
+    """Task slots per lane of one stream job."""
+
+    delivery: int   # tasks of a micro-batch delivery batch (0: no micro-batch delivery)
+    realtime: int   # long-lived Real-time Mode tasks (one per input partition; 0: not in Real-time Mode)
+    archive: int    # tasks of the archive lane's batches (0: no archive lane)
+    archive_log: int  # tasks of the delivery-log query's batches
+
+    @property
+    def total(self) -> int:
+        return self.delivery + self.realtime + self.archive + self.archive_log
+
+
+def local_cores(master: str) -> int | None:
+    """The N of ``local[N]`` (``local``: 1, ``local[*]``: this machine's cores); None for a cluster master."""
+    if master == "local":
+        return 1
+    match = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master)
+    if not match:
+        return None
+    return (os.cpu_count() or 1) if match[1] == "*" else int(match[1])
+
+
+def configured_master() -> str:
+    """The master of Spark's defaults (``conf/spark-defaults.conf``; ``--master`` under spark-submit)."""
+    from pyspark import SparkConf
+
+    return SparkConf().get("spark.master", "local[2]")
+
+
+def plan_slots(cfg: Config, cores: int, realtime_partitions: int, micro_batches: bool, archive: bool) -> Slots:
+    """The slots of each lane, delivery getting ``stream.tasks`` or else ``cores``."""
+    wanted = cfg.get("stream.tasks", "auto")
+    delivery = (cores if wanted in (None, "auto") else int(wanted)) if micro_batches else 0
+    archive_tasks = max(1, int(cfg.get("archive.tasks", 1))) if archive else 0
+    return Slots(max(delivery, 1) if micro_batches else 0, realtime_partitions, archive_tasks, 1 if archive else 0)
+
+
+def delivery_tasks(cfg: Config, available: int, slots: Slots) -> int:
+    """Tasks per micro-batch delivery batch in a session of ``available`` slots: what the other lanes leave
+    (at most ``slots.delivery``), at least one."""
+    return max(1, min(slots.delivery, available - slots.realtime - slots.archive - slots.archive_log))
+
+
+def check_realtime_slots(available: int, slots: Slots, topic: str) -> None:
+    """One line when Spark has too few slots for Real-time Mode's long-lived tasks and the other lanes."""
+    need = slots.realtime + slots.archive + slots.archive_log + min(slots.delivery, 1)
+    if available < need:
+        raise SkyfilterError(
+            f"Real-time Mode runs one long-lived task per input partition: topic '{topic}' has {slots.realtime}, "
+            f"so this stream needs {need} task slots and Spark has {available}; start it with "
+            f"--master local[{need}] (or more executor cores on a cluster)")
