@@ -65,7 +65,7 @@ def test_failing_and_slow_filters_are_quarantined_and_the_others_deliver_everyth
 
     assert any("filter 'breaks_on_visit2' quarantined" in line and "visit 2 is too much" in line for line in lines)
     assert any("filter 'slow' quarantined" in line and "over its 1 s budget" in line for line in lines)
-    events = [json.loads(m.value) for m in read_topic(bootstrap, "skyfilter.core.errors") if m.key != b"x"]
+    events = [json.loads(m.value) for m in read_topic(bootstrap, "skyfilter.errors") if m.key != b"x"]
     mine = {e["filter"]: e for e in events if e["stream"] == TOPIC}
     assert mine["breaks_on_visit2"]["broker"] == "q_breaks"
     assert "visit 2 is too much" in mine["breaks_on_visit2"]["error"]
