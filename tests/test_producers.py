@@ -22,4 +22,4 @@ def test_parallel_producers_keep_the_visit_cadence_and_lose_nothing(kafka_cfg):
     messages = read_topic(kafka_cfg, "prod.alerts")
     assert len(messages) == 120 and len({m.key for m in messages}) == 120
     assert {unframe(m.value)[0] for m in messages} == {report.schema_id}
-    assert topic_partitions(kafka_cfg, "prod.alerts") == kafka_cfg.get("topics.alerts_partitions")
+    assert topic_partitions(kafka_cfg, "prod.alerts") == kafka_cfg.topics.alerts_partitions

@@ -49,9 +49,10 @@ def test_config_missing_key_names_key_and_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("kafka:\n  heap: 1g\n")
     cfg = Config.load(path, parse_overrides(["kafka.nodes=3"]))
-    assert cfg.get("kafka.nodes") == 3 and cfg.get("kafka.heap") == "1g"
-    with pytest.raises(SkyfilterError, match=r"c.yaml: missing config key 'kafka.bootstrap_servers'"):
-        cfg.get("kafka.bootstrap_servers")
+    assert (cfg.kafka.nodes, cfg.kafka.heap) == (3, "1g")
+    assert cfg.kafka.bootstrap_servers == Config.load().kafka.bootstrap_servers, "the rest from the defaults"
+    with pytest.raises(SkyfilterError, match=r"c.yaml: missing config key 'kafka.no_such_key'"):
+        cfg.get("kafka.no_such_key")
     path.write_text("kafka: [unclosed\n")
     with pytest.raises(SkyfilterError, match=r"c.yaml:\d+: invalid YAML"):
         Config.load(path)
@@ -62,8 +63,8 @@ def test_shipped_config_has_every_key_the_tools_read():
     for key in ("state_dir", "kafka.bootstrap_servers", "kafka.libs_dir", "topics.alerts", "topics.alerts_partitions",
                 "schema_registry.topic", "stream.trigger", "stream.night_offset_hours", "simulation.interval_s"):
         cfg.get(key)
-    assert cfg.get("topics.alerts_partitions") == 8
-    assert cfg.get("kafka.max_message_bytes") >= 10_000_000
+    assert cfg.topics.alerts_partitions == 8
+    assert cfg.kafka.max_message_bytes >= 10_000_000
 
 
 def test_filter_loader_reports_file_line_and_reason(tmp_path):
@@ -290,6 +291,27 @@ def test_memory_of_a_process_tree_by_process():
     assert process_label(daemon) == "pyspark.daemon" and process_label(java) == "java"
 
 
+def test_the_sections_are_typed_objects_read_from_the_files(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("stream:\n  trigger: 0\n  realtime:\n    checkpoint_interval: 30s\nmonitoring:\n  port: null\n")
+    cfg = Config.load(path, overrides={"archive.nice": 5})
+    assert cfg.stream.trigger == "0", "a trigger written as a number is still the text Spark takes"
+    assert cfg.stream.realtime.checkpoint_interval == "30s" and cfg.monitoring.port is None
+    assert cfg.archive.nice == 5 and cfg.kafka.security.protocol == "PLAINTEXT"
+    cfg.set("archive.nice", 7)
+    assert cfg.archive.nice == 7, "a later set is seen"
+    path.write_text("kafka:\n  heap: null\n")
+    with pytest.raises(SkyfilterError, match="mine.yaml: config key 'kafka.heap' cannot be null"):
+        Config.load(path)
+    path.write_text("stream:\n  realtime:\n    checkpoint_intervall: 30s\n")
+    with pytest.raises(SkyfilterError, match=r"unknown config key 'stream.realtime.checkpoint_intervall' "
+                                             r"\(did you mean 'stream.realtime.checkpoint_interval'\?\)"):
+        Config.load(path)
+    path.write_text("maintenance:\n  tables: alerts\n")
+    with pytest.raises(SkyfilterError, match="config key 'maintenance.tables' must be a list, not 'alerts'"):
+        Config.load(path)
+
+
 def test_a_misspelt_key_or_a_wrong_kind_of_value_is_one_line_naming_the_file_and_key(tmp_path):
     for name in ("local", "cluster", "secure", "docker"):
         Config.load(ROOT / "conf" / f"{name}.yaml")  # every shipped file is valid
@@ -305,4 +327,4 @@ def test_a_misspelt_key_or_a_wrong_kind_of_value_is_one_line_naming_the_file_and
         Config.load(overrides={"archive.tasks": "two"})
     path.write_text(f"extends: {ROOT / 'conf' / 'local.yaml'}\nproducer:\n  socket.timeout.ms: 1000\n")
     cfg = Config.load(path, overrides={"stream.trigger": "realtime", "monitoring.port": None})
-    assert cfg.get("stream.trigger") == "realtime" and cfg.get("producer")["socket.timeout.ms"] == 1000
+    assert cfg.stream.trigger == "realtime" and cfg.get("producer")["socket.timeout.ms"] == 1000

@@ -8,6 +8,7 @@ this is Rubin's ``dayObs``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 
@@ -61,7 +62,7 @@ def detect(schema: dict, cfg: Config | None = None) -> AlertColumns:
     """The id/time/visit expressions for a schema: from the config, else its known family."""
     wanted = {k: "auto" for k in ("alert_id", "time_mjd", "visit_id")}
     if cfg is not None:
-        wanted.update({k: str(v) for k, v in cfg.get("stream.alert_columns", {}).items()})
+        wanted.update({k: str(v) for k, v in dataclasses.asdict(cfg.stream.alert_columns).items()})
     paths = field_paths(schema)
     family = next((f for f in KNOWN_FAMILIES if all(p in paths for p in f[4])), None)
     chosen = {}

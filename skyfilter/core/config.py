@@ -3,37 +3,38 @@ overridable from the CLI.
 
 A file may start with ``extends: local.yaml`` to change only some keys of
 another file (``conf/cluster.yaml``, ``conf/secure.yaml``); sections merge key
-by key.  A file anywhere else extends the packaged defaults the same way.
+by key.  Whatever a file (and the files it extends) does not say, the defaults
+say.
 
 Keys are addressed with dots (``kafka.bootstrap_servers``).  A missing key is a
 one-line :class:`SkyfilterError` naming the key and the file.  Relative paths are
 relative to the project root: the folder holding the file's ``conf/`` folder, and for
 the packaged defaults the checkout skyfilter runs from (else the working directory).
 
-``conf/local.yaml`` is the one place defaults live: every key any file or
-``--set`` gives is checked against it when a config is loaded, so a misspelt or
-unknown key, or a value of the wrong kind, is one error naming the file and the
-key (:func:`check_settings`) instead of a setting silently ignored.
+``conf/local.yaml`` is the one place defaults live; what kind of value each key
+takes is declared once, as typed section objects (:mod:`skyfilter.core.settings`).
+Every file and ``--set`` is checked against them when a config is loaded, so a
+misspelt or unknown key, or a value of the wrong kind, is one error naming the
+file and the key instead of a setting silently ignored; the code then reads the
+sections as objects (``cfg.stream.trigger``, ``cfg.archive.nice``).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import difflib
 import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from skyfilter.core import settings
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.versions import PACKAGE_DATA, PROJECT_ROOT
 
 DEFAULT_CONFIG = PACKAGE_DATA / "local.yaml"
 _MISSING = object()
-# Mappings handed to a library as they are (librdkafka and Spark source settings): any key goes.
-OPEN_SECTIONS = {"producer", "stream.source_options"}
 
 
 class Config:
@@ -42,7 +43,7 @@ class Config:
     Example::
 
         cfg = Config.load("conf/local.yaml", overrides={"kafka.bootstrap_servers": "127.0.0.1:9092"})
-        cfg.get("topics.alerts")          # 'alerts'
+        cfg.topics.alerts          # 'alerts'
         cfg.path("state_dir")             # absolute Path
     """
 
@@ -50,6 +51,7 @@ class Config:
         self.data = data
         self.source = source
         self.root = root
+        self._sections: settings.Sections | None = None
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
@@ -59,13 +61,15 @@ class Config:
         path = given.resolve()
         data = _read_yaml(path)
         defaults = path == DEFAULT_CONFIG.resolve()
-        reference = data if defaults else _read_yaml(DEFAULT_CONFIG)
-        check_settings(data, reference, str(path))
+        settings.check_settings(data, str(path))
+        if not defaults:  # what a file does not say, the defaults do
+            data = _merge(_read_yaml(DEFAULT_CONFIG), data)
         root = given.parent.parent if given.parent.name == "conf" else PROJECT_ROOT if defaults else given.parent
         cfg = cls(data, path, root)
         for key, value in (overrides or {}).items():
-            check_settings(_nested(key, value), reference, f"--set {key}")
+            settings.check_settings(_nested(key, value), f"--set {key}")
             cfg.set(key, value)
+        cfg.sections  # noqa: B018 - a key no file gives is an error now, not when first read
         return cfg
 
     def get(self, key: str, default: Any = _MISSING) -> Any:
@@ -81,6 +85,7 @@ class Config:
 
     def set(self, key: str, value: Any) -> None:
         """Override a dotted key (creating intermediate sections)."""
+        self._sections = None
         node = self.data
         *parents, last = key.split(".")
         for part in parents:
@@ -102,6 +107,53 @@ class Config:
     def copy(self) -> Config:
         """An independent copy, to override without touching the original."""
         return Config(copy.deepcopy(self.data), self.source, self.root)
+
+    @property
+    def sections(self) -> settings.Sections:
+        """The whole configuration as typed section objects (rebuilt after :meth:`set`)."""
+        if self._sections is None:
+            self._sections = settings.typed(self.data, str(self.source))
+        return self._sections
+
+    @property
+    def kafka(self) -> settings.Kafka:
+        return self.sections.kafka
+
+    @property
+    def topics(self) -> settings.Topics:
+        return self.sections.topics
+
+    @property
+    def stream(self) -> settings.Stream:
+        return self.sections.stream
+
+    @property
+    def archive(self) -> settings.Archive:
+        return self.sections.archive
+
+    @property
+    def schema_registry(self) -> settings.SchemaRegistry:
+        return self.sections.schema_registry
+
+    @property
+    def simulation(self) -> settings.Simulation:
+        return self.sections.simulation
+
+    @property
+    def monitoring(self) -> settings.Monitoring:
+        return self.sections.monitoring
+
+    @property
+    def maintenance(self) -> settings.Maintenance:
+        return self.sections.maintenance
+
+    @property
+    def spark_cluster(self) -> settings.SparkCluster:
+        return self.sections.spark_cluster
+
+    @property
+    def bench(self) -> settings.Bench:
+        return self.sections.bench
 
     # Derived locations, in one place so every tool agrees on them.
     @property
@@ -127,43 +179,7 @@ class Config:
 
     @property
     def bootstrap_servers(self) -> str:
-        return str(self.get("kafka.bootstrap_servers"))
-
-
-def check_settings(data: dict, reference: dict, source: str, prefix: str = "") -> None:
-    """Raise one clear error for the first key of ``data`` that ``reference`` (the defaults) does not know, or
-    whose value is not of the kind its default is.
-
-    Kinds: a true/false default takes true or false; a number, a number; a list, a
-    list; a mapping, a mapping of known keys; ``auto`` or null, anything; other
-    text, any single value.  Null is accepted everywhere (it means off or unset).
-    """
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        if key not in reference:
-            close = difflib.get_close_matches(str(key), [str(k) for k in reference], n=1)
-            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-            raise SkyfilterError(f"{source}: unknown config key '{dotted}'{hint}")
-        expected = reference[key]
-        problem = _kind_problem(value, expected)
-        if problem:
-            raise SkyfilterError(f"{source}: config key '{dotted}' {problem}, not {value!r}")
-        if isinstance(value, dict) and isinstance(expected, dict) and dotted not in OPEN_SECTIONS:
-            check_settings(value, expected, source, f"{dotted}.")
-
-
-def _kind_problem(value: Any, expected: Any) -> str | None:
-    if value is None or expected is None or expected == "auto":
-        return None
-    if isinstance(expected, bool):
-        return None if isinstance(value, bool) else "must be true or false"
-    if isinstance(expected, (int, float)):
-        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "must be a number"
-    if isinstance(expected, list):
-        return None if isinstance(value, list) else "must be a list"
-    if isinstance(expected, dict):
-        return None if isinstance(value, dict) else "must be a mapping of settings"
-    return "must be a single value" if isinstance(value, (dict, list)) else None
+        return self.kafka.bootstrap_servers
 
 
 def _nested(key: str, value: Any) -> dict:

@@ -217,8 +217,8 @@ class RegistryServer:
 
     def __init__(self, cfg: Config, host: str | None = None, port: int | None = None):
         self.registry = KafkaTopicRegistry(cfg)
-        host = host or str(cfg.get("schema_registry.serve.host", "127.0.0.1"))
-        port = int(cfg.get("schema_registry.serve.port", 8081) if port is None else port)
+        host = host or str(cfg.schema_registry.serve.host)
+        port = int(cfg.schema_registry.serve.port if port is None else port)
         try:
             self.server = ThreadingHTTPServer((host, port), _handler(RegistryApi(self.registry)))
         except OSError as exc:

@@ -61,16 +61,16 @@ class SparkStandalone:
 
     def __init__(self, cfg: Config, workers: int | None = None):
         self.cfg = cfg
-        section = cfg.section("spark_cluster")
-        self.host = str(section["host"])
-        self.port = int(section["master_port"])
-        self.webui_port = int(section["master_webui_port"])
-        self.workers = int(workers if workers is not None else section["workers"])
+        section = cfg.spark_cluster
+        self.host = section.host
+        self.port = section.master_port
+        self.webui_port = section.master_webui_port
+        self.workers = int(workers if workers is not None else section.workers)
         if self.workers < 1:
             raise SkyfilterError(f"--workers must be at least 1, got {self.workers}")
-        self.worker_cores = int(section["worker_cores"])
-        self.worker_memory = str(section["worker_memory"])
-        self.daemon_memory = str(section["daemon_memory"])
+        self.worker_cores = section.worker_cores
+        self.worker_memory = section.worker_memory
+        self.daemon_memory = section.daemon_memory
         self.home = cfg.state_dir / "spark"
         self.master = Daemon("master", self.home / "master")
 

@@ -34,9 +34,9 @@ def replication(cfg: Config, nodes: int) -> tuple[int, int]:
     more nodes (replication 3, min.insync.replicas 2) and what one or two nodes
     allow below that.
     """
-    factor = cfg.get("kafka.replication_factor")
+    factor = cfg.kafka.replication_factor
     factor = min(3, nodes) if factor in (None, "auto") else min(int(factor), nodes)
-    insync = cfg.get("kafka.min_insync_replicas")
+    insync = cfg.kafka.min_insync_replicas
     insync = max(1, factor - 1) if insync in (None, "auto") else min(int(insync), factor)
     return max(1, factor), insync
 
@@ -48,12 +48,12 @@ def topic_settings(cfg: Config, live_nodes: int) -> tuple[int, dict[str, str]]:
     topic created while one node is down still gets the cluster's full factor.
     """
     settings = {
-        "max.message.bytes": str(int(cfg.get("kafka.max_message_bytes"))),
+        "max.message.bytes": str(int(cfg.kafka.max_message_bytes)),
         # Latency is measured broker-side: input append time -> output append time.
         "message.timestamp.type": "LogAppendTime",
-        "retention.ms": str(int(float(cfg.get("topics.retention_hours")) * 3600 * 1000)),
+        "retention.ms": str(int(float(cfg.topics.retention_hours) * 3600 * 1000)),
     }
-    if cfg.get("kafka.replication_factor") in (None, "auto") and cfg.get("kafka.min_insync_replicas") in (None, "auto"):
+    if cfg.kafka.replication_factor in (None, "auto") and cfg.kafka.min_insync_replicas in (None, "auto"):
         return -1, settings
     factor, insync = replication(cfg, live_nodes)
     return factor, {**settings, "min.insync.replicas": str(insync)}

@@ -50,7 +50,7 @@ class ArchiveLane(Lane):
         self.summaries = summaries
         self.app_id = f"skyfilter:{plan.name}:{LANE}"
         self.nightly = NightlyTopics(plan.cfg, plan.topic) \
-            if plan.cfg.get("stream.nightly_topics.enabled", False) else None
+            if plan.cfg.stream.nightly_topics.enabled else None
         self.merge_schema = False  # set when the table was written with an older reader schema
         # original messages never repeat: Parquet's dictionary would only cost time to try
         self.spark.conf.set("parquet.enable.dictionary#kafka_value", "false")

@@ -128,7 +128,7 @@ class StreamJob:
         self.spark.conf.set(*V1_SOURCES_WITHOUT_KAFKA)
         quarantine = Quarantine(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"), self.log)
         plan = self.cell.current  # without the filters an earlier run quarantined
-        if cfg.get("stream.hot_reload", True):
+        if cfg.stream.hot_reload:
             self.reloader = PlanReloader(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"),
                                          cfg.path("stream.brokers"), self.log)
         realtime = self.triggers.delivery == REALTIME
@@ -167,8 +167,8 @@ class StreamJob:
     def _lane_function(self, lane: str):
         """(foreachBatch function, topics, bound on offsets per batch, tasks per batch) of a micro-batch query."""
         if lane == "delivery":
-            return self.delivery, None, int(self.cfg.get("stream.max_offsets_per_trigger")), self.delivery.tasks
-        bound = int(self.cfg.get("archive.max_offsets_per_trigger"))
+            return self.delivery, None, int(self.cfg.stream.max_offsets_per_trigger), self.delivery.tasks
+        bound = int(self.cfg.archive.max_offsets_per_trigger)
         if lane == "archive":
             return self.archive, self.archive.topics, bound, max(self.slots.archive, 1)
         return self.archive_log, self.archive_log.topics, bound, 1
@@ -216,17 +216,17 @@ class StreamJob:
         """A Kafka source of the lane: its topics, from the configured starting offsets."""
         options = spark_source_options(self.cfg)
         if lane == REALTIME:  # long-polling: a fetch returns as soon as data comes, and costs nothing while idle
-            options["kafka.fetch.max.wait.ms"] = str(int(self.cfg.get("stream.realtime.fetch_max_wait_ms")))
+            options["kafka.fetch.max.wait.ms"] = str(int(self.cfg.stream.realtime.fetch_max_wait_ms))
         reader = (self.spark.readStream.format("kafka").options(**options)
                   .option("subscribe", ",".join(topics or [self.plan.topic]))
-                  .option("startingOffsets", str(self.cfg.get("stream.starting_offsets"))))
+                  .option("startingOffsets", str(self.cfg.stream.starting_offsets)))
         return reader.load() if lane == REALTIME else reader
 
     def _ensure_input_topic(self) -> None:
         """Create the input topic if its schema was registered before it was created (Spark's Kafka source fails
         on a topic that does not exist yet)."""
         if not topic_partitions(self.cfg, self.plan.topic):
-            ensure_topics(self.cfg, {self.plan.topic: int(self.cfg.get("topics.alerts_partitions"))})
+            ensure_topics(self.cfg, {self.plan.topic: int(self.cfg.topics.alerts_partitions)})
 
     def _check_slots(self) -> None:
         partitions = topic_partitions(self.cfg, self.plan.topic)
@@ -311,7 +311,7 @@ class StreamJob:
             self.previous_handlers = {}
             self.stop()
             if self.archive_process is not None:
-                self.archive_process.stop(float(self.cfg.get("archive.stop_timeout_s", 600)))
+                self.archive_process.stop(float(self.cfg.archive.stop_timeout_s))
             status.unlink(missing_ok=True)
         if drain and self.archive is not None:
             self._drain_archive()
