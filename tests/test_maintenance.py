@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conftest import stream_args, write_files
-from pipelines import maintain
+from skyfilter.jobs import maintain
 from skyfilter.jobs.filter_stream import run
 from skyfilter.producers.command import ProduceOptions, produce
 from skyfilter.stream.tables import table_paths

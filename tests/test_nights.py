@@ -10,8 +10,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from conftest import NEGATIVE_PY, stream_args, stream_folder, write_files
-from pipelines import replay_night
 from skyfilter.core.delivery import read_topic
+from skyfilter.jobs import replay_night
 from skyfilter.jobs.filter_stream import run
 from skyfilter.producers.command import ProduceOptions, produce
 from skyfilter.stream.archive import archived_schema, with_cutouts

@@ -17,7 +17,6 @@ import io
 import fastavro
 
 from conftest import DATA, consume_avro, stream_folder, stream_process
-from pipelines import replay_night
 from skyfilter.core.alert_columns import detect
 from skyfilter.core.avro_schemas import (
     avro_files,
@@ -33,6 +32,7 @@ from skyfilter.core.reader_schema import different_alerts, reader_for, schema_na
 from skyfilter.core.registry import KafkaTopicRegistry, subject_for
 from skyfilter.core.schema_compat import read_problems
 from skyfilter.core.wire import frame, unframe
+from skyfilter.jobs import replay_night
 from skyfilter.producers.command import ProduceOptions, produce
 from skyfilter.stream.decode import decode
 from skyfilter.stream.input_schemas import InputSchemas

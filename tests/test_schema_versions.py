@@ -10,11 +10,11 @@ import fastavro
 import pytest
 
 from conftest import DATA, rewrite_as_ztf_402, stream_args, write_files
-from pipelines import replay_night
 from skyfilter.core.alert_columns import detect
 from skyfilter.core.avro_schemas import avro_files, rubin_schema, rubin_versions
 from skyfilter.core.delivery import read_topic
 from skyfilter.core.wire import unframe
+from skyfilter.jobs import replay_night
 from skyfilter.jobs.filter_stream import run
 from skyfilter.producers.command import ProduceOptions, produce
 
