@@ -24,6 +24,7 @@ Writes ``trigger_sweep.{json,csv,md,png}``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,10 +55,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id: str, visits: int | None = None
-              ) -> dict:
+def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id: str, visits: int | None = None,
+              kafka_node=lambda: None) -> dict:
     """The visits through a fresh stream with one delivery trigger; its latency, drain and archive lag."""
     from bench.alert_cache import CachedSource
+    from bench.cpu import cpu_now, cpu_used
     from bench.filter_sets import cap_value, write_filter_set
     from bench.lags import lag_growth, lag_timeline, lane_batches
     from bench.stream_runner import register_topic, start_stream
@@ -70,9 +72,12 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
     register_topic(cfg, topic, schema)
     stream = start_stream(cfg, spark, topic, name, filters, brokers, label, archive_trigger=args.archive_trigger)
     try:
+        kafka = kafka_node()
+        cpu_before, measured_from = cpu_now(os.getpid(), kafka), time.time()
         report = send_source(cfg, topic, CachedSource(cached, visits or args.visits), schema, args.visit_seconds,
                              args.producers, progress=not args.quiet, log=lambda line: None)
         stream.wait_for_alerts(report.alerts, timeout_s=3600)
+        cpu = cpu_used(cpu_before, cpu_now(os.getpid(), kafka)) | {"window": round(time.time() - measured_from, 1)}
     finally:
         stream.stop(spark)
     tables = args.state_dir / "delta" / name
@@ -94,6 +99,8 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
             "drain_s": round(latency["last"].timestamp() - last_send, 2) if latency["last"] else None,
             "archive_max_lag": max((p["lag"] for p in lag), default=0),
             "archive_lag_growth_per_s": round(lag_growth(lag, sending), 1),
+            "cpu_driver_s": cpu["driver"], "cpu_archive_s": cpu["archive"], "cpu_kafka_s": cpu["kafka"],
+            "cpu_other_s": cpu["other"], "cpu_window_s": cpu["window"],
             "archive_lag": lag}
 
 
@@ -104,7 +111,7 @@ def _s(millis) -> float | None:
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.alert_cache import cached_visits
-    from bench.harness import bench_kafka, bench_schema, bench_spark, driver_and_kafka
+    from bench.harness import bench_kafka, bench_schema, bench_spark, driver_and_kafka, kafka_pid
     from bench.report import write_results
 
     triggers = [t.strip() for t in args.triggers.split(",")]
@@ -121,11 +128,13 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                 spark = bench_spark("skyfilter-bench-trigger-sweep", trigger, partitions)
                 if args.warm_up and (index == 0 or (trigger == "realtime") != (triggers[index - 1] == "realtime")):
                     sweep_one(cfg, spark, args, cached, schema, trigger, f"{run_id}_warmup{index}", visits=1)
-                rows.append(sweep_one(cfg, spark, args, cached, schema, trigger, run_id))
+                rows.append(sweep_one(cfg, spark, args, cached, schema, trigger, run_id, kafka_node=kafka_pid(cluster)))
     columns = [("trigger", "delivery trigger"), ("alerts", "alerts"), ("offered_per_s", "offered alerts/s"),
                ("messages", "matches delivered"), ("p50_s", "p50 s"), ("p95_s", "p95 s"), ("p99_s", "p99 s"),
                ("max_s", "max s"), ("drain_s", "drain s"), ("archive_max_lag", "archive max lag (alerts)"),
-               ("archive_lag_growth_per_s", "archive lag growth alerts/s")]
+               ("archive_lag_growth_per_s", "archive lag growth alerts/s"), ("cpu_driver_s", "CPU s: delivery driver"),
+               ("cpu_archive_s", "CPU s: archive"), ("cpu_kafka_s", "CPU s: Kafka"),
+               ("cpu_other_s", "CPU s: producers, rest"), ("cpu_window_s", "over s")]
     rate = args.alerts_per_visit / args.visit_seconds
     notes = [f"{args.visits} visit(s) of {args.alerts_per_visit} simulated Rubin alerts "
              f"({'with' if args.stamps else 'without'} cutouts) every {args.visit_seconds:g} s ({rate:.0f} alerts/s; "
@@ -133,6 +142,10 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
              f"{args.cap}), {args.producers} producer(s); the archive lane ran beside delivery in every run.",
              "Latency: input Kafka append time to the append time of the match's delivery-log record, written by "
              "the same Kafka write as the broker message. drain: last send to last delivery.",
+             "CPU: core-seconds from the start of sending until the archive took in the last alert (2 cores: at most "
+             "2 core-seconds per second of the window), per part: the benchmark's Spark driver (the delivery "
+             "lane, its Python workers), the archive lane's own process, Kafka, and the rest of the machine (the "
+             "producer processes).",
              "Archive lag: alerts sent but not yet archived; growth is its least-squares slope over the second "
              "half of the sending window (about 0 = the archive kept up)."
              + (" One unmeasured visit warmed the driver before the first run of each mode." if args.warm_up

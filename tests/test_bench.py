@@ -76,6 +76,9 @@ def test_trigger_sweep_reports_latency_and_archive_lag_per_trigger(kafka_cfg, sp
     assert row["trigger"] == "1s" and row["alerts"] == 20 and row["messages"] > 0
     assert 0 < row["p50_s"] <= row["p95_s"] <= row["p99_s"] <= row["max_s"]
     assert row["archive_max_lag"] >= 10 and isinstance(row["archive_lag_growth_per_s"], float)
+    cores = result["machine"]["cores"]
+    assert row["cpu_driver_s"] > 0 and row["cpu_archive_s"] > 0, "the lanes' CPU, the archive in its own process"
+    assert row["cpu_driver_s"] + row["cpu_archive_s"] + row["cpu_kafka_s"] <= cores * row["cpu_window_s"] + 1
 
 
 def test_sustained_follows_both_lanes_lag_and_memory(kafka_cfg, spark, tmp_path, capsys):

@@ -1,0 +1,63 @@
+"""CPU time per part of a benchmark run: the delivery driver, the archive process, Kafka, the rest.
+
+On two cores the lanes, the producer and Kafka share the machine, so where its
+CPU goes says why a latency target is missed.  Read from ``/proc`` (clock
+ticks of live processes, and the machine's busy time for what exited, such as
+producer processes).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from skyfilter.core.memory import children_by_parent, command_line
+
+TICKS = os.sysconf("SC_CLK_TCK")
+ARCHIVE_MARK = "--lane"  # the archive child: ``python -m skyfilter.jobs.filter_stream ... --lane archive``
+
+
+def cpu_now(driver_pid: int, kafka_pid: int | None) -> dict[str, float]:
+    """CPU seconds used so far by each part: ``archive`` (the archive process tree), ``driver`` (the benchmark's
+    own tree without it: the Spark driver, its Python workers), ``kafka``, and ``machine`` (every process)."""
+    children = children_by_parent()
+    archive = [pid for pid in _tree(driver_pid, children) if _is_archive(pid)]
+    archive_tree = {pid for root in archive for pid in _tree(root, children)}
+    driver_tree = set(_tree(driver_pid, children)) - archive_tree
+    return {"driver": sum(map(_cpu, driver_tree)), "archive": sum(map(_cpu, archive_tree)),
+            "kafka": sum(map(_cpu, _tree(kafka_pid, children))) if kafka_pid else 0.0, "machine": _machine()}
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Core-seconds per part between two :func:`cpu_now` readings; ``other`` is what the machine used besides
+    them (the producer processes, the operating system)."""
+    used = {part: round(after[part] - before[part], 1) for part in before}
+    used["other"] = round(used["machine"] - used["driver"] - used["archive"] - used["kafka"], 1)
+    return used
+
+
+def _tree(root: int, children: dict[int, list[int]]) -> list[int]:
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _is_archive(pid: int) -> bool:
+    argv = command_line(pid)
+    return ARCHIVE_MARK in argv and argv[argv.index(ARCHIVE_MARK) + 1:][:1] == ["archive"]
+
+
+def _cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def _machine() -> float:
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / TICKS
