@@ -25,7 +25,7 @@ import argparse
 import copy
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import yaml
 
@@ -35,6 +35,22 @@ from skyfilter.core.versions import PACKAGE_DATA, PROJECT_ROOT
 
 DEFAULT_CONFIG = PACKAGE_DATA / "local.yaml"
 _MISSING = object()
+
+
+S = TypeVar("S")
+
+
+class _Section(Generic[S]):
+    """A section of a :class:`Config` as its typed object (``cfg.stream``), rebuilt after a ``set``."""
+
+    def __init__(self, kind: type[S]):
+        self.kind = kind
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, cfg: Config, owner: type | None = None) -> S:
+        return getattr(cfg.sections, self.name)
 
 
 class Config:
@@ -115,45 +131,16 @@ class Config:
             self._sections = settings.typed(self.data, str(self.source))
         return self._sections
 
-    @property
-    def kafka(self) -> settings.Kafka:
-        return self.sections.kafka
-
-    @property
-    def topics(self) -> settings.Topics:
-        return self.sections.topics
-
-    @property
-    def stream(self) -> settings.Stream:
-        return self.sections.stream
-
-    @property
-    def archive(self) -> settings.Archive:
-        return self.sections.archive
-
-    @property
-    def schema_registry(self) -> settings.SchemaRegistry:
-        return self.sections.schema_registry
-
-    @property
-    def simulation(self) -> settings.Simulation:
-        return self.sections.simulation
-
-    @property
-    def monitoring(self) -> settings.Monitoring:
-        return self.sections.monitoring
-
-    @property
-    def maintenance(self) -> settings.Maintenance:
-        return self.sections.maintenance
-
-    @property
-    def spark_cluster(self) -> settings.SparkCluster:
-        return self.sections.spark_cluster
-
-    @property
-    def bench(self) -> settings.Bench:
-        return self.sections.bench
+    kafka = _Section(settings.Kafka)
+    topics = _Section(settings.Topics)
+    stream = _Section(settings.Stream)
+    archive = _Section(settings.Archive)
+    schema_registry = _Section(settings.SchemaRegistry)
+    simulation = _Section(settings.Simulation)
+    monitoring = _Section(settings.Monitoring)
+    maintenance = _Section(settings.Maintenance)
+    spark_cluster = _Section(settings.SparkCluster)
+    bench = _Section(settings.Bench)
 
     # Derived locations, in one place so every tool agrees on them.
     @property
