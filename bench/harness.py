@@ -64,7 +64,7 @@ def bench_schema(cfg) -> dict:
     published figure used 10.0, so comparisons across rounds stay on the same alerts)."""
     from skyfilter.core.avro_schemas import rubin_schema
 
-    return rubin_schema(str(cfg.simulation.schema_version))
+    return rubin_schema(cfg.simulation.schema_version)
 
 
 def runs_table(args: argparse.Namespace) -> Path:
@@ -119,7 +119,7 @@ def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g") -> Ite
         raise SkyfilterError(f"--state-dir {state_dir} is the project's own state folder; benchmarks clear "
                              f"their state folder between runs, so give them another one")
     cfg.set("state_dir", str(state_dir))
-    cfg.set("simulation.schema_version", str(cfg.bench.schema_version))  # see bench_schema
+    cfg.set("simulation.schema_version", cfg.bench.schema_version)  # see bench_schema
     LocalKafka(cfg).stop()
     for log in (state_dir / "run").glob("*.error.log"):
         (state_dir / "errors").mkdir(exist_ok=True)

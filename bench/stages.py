@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
             shutil.rmtree(scratch, ignore_errors=True)
             decoded().write.format("delta").save(str(scratch))
 
-        ensure_topics(cfg, {f"{topic}.copy": int(cfg.topics.alerts_partitions)})
+        ensure_topics(cfg, {f"{topic}.copy": cfg.topics.alerts_partitions})
 
         def sink():
             (source().select("key", "value").write.format("kafka").options(**spark_sink_options(cfg))

@@ -124,5 +124,5 @@ def register_topic(cfg: Config, topic: str, schema: dict, partitions: int | None
     from skyfilter.core.topics import ensure_topics
 
     producer_cfg = act_as(cfg, "producer")
-    ensure_topics(producer_cfg, {topic: partitions or int(cfg.topics.alerts_partitions)})
+    ensure_topics(producer_cfg, {topic: partitions or cfg.topics.alerts_partitions})
     return open_registry(producer_cfg).register(subject_for(topic), schema, same_alerts=True)

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, args.visits, args.alerts_per_visit, args.stamps,
                                progress=not args.quiet)
-        partitions = int(cfg.topics.alerts_partitions)
+        partitions = cfg.topics.alerts_partitions
         spark = bench_spark("skyfilter-bench-trigger-sweep", triggers[0], partitions)
         rows = []
         with driver_and_kafka(spark, cluster) as memory:

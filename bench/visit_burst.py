@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
         schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
-        partitions = int(cfg.topics.alerts_partitions)
+        partitions = cfg.topics.alerts_partitions
         spark = bench_spark("skyfilter-bench-visit-burst", plan[0][0], partitions)
         results = []
         with driver_and_kafka(spark, cluster) as memory:

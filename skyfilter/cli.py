@@ -258,7 +258,7 @@ def filters_status(cfg: Config, args: argparse.Namespace) -> int:
 
     from skyfilter.core.status import filter_state_counts
 
-    name = args.name or str(cfg.topics.alerts)
+    name = args.name or cfg.topics.alerts
     path = cfg.filter_states_file(name)
     if not path.exists():
         raise SkyfilterError(f"no filter states for stream '{name}' ({path}): has filter_stream.py run?")
@@ -286,7 +286,7 @@ def filters_test(cfg: Config, args: argparse.Namespace) -> int:
     if args.sample:
         alerts, source = sample_frame(spark, cfg, args.sample)
     else:
-        alerts, source = night_frame(spark, cfg, args.name or str(cfg.topics.alerts), args.night)
+        alerts, source = night_frame(spark, cfg, args.name or cfg.topics.alerts, args.night)
     for line in run_trial(spark, spec, alerts, source, args.limit, args.show).lines():
         print(line)
     return 0

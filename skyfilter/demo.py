@@ -83,8 +83,8 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
         stream_lines: list[str] = []
         threading.Thread(target=_echo_stdout, args=(stream, stream_lines), daemon=True).start()
         _wait_for_line(stream, stream_lines, log_path, "waiting for a producer")
-        schema = rubin_schema(str(cfg.simulation.schema_version))
-        open_registry(cfg).register(subject_for(str(cfg.topics.alerts)), schema, same_alerts=True)
+        schema = rubin_schema(cfg.simulation.schema_version)
+        open_registry(cfg).register(subject_for(cfg.topics.alerts), schema, same_alerts=True)
         _wait_for_line(stream, stream_lines, log_path, "running: ")
 
         print(f"3/4 producing {args.visits} visits x {args.alerts_per_visit} alerts with cutouts, "
@@ -145,7 +145,7 @@ def _print_summary(cfg: Config, bootstrap: str, produced: int, stream_lines: lis
     if latencies:
         print(f"latency, input append -> output append: p50 {percentile(latencies, 0.5) / 1000:.2f} s, "
               f"p99 {percentile(latencies, 0.99) / 1000:.2f} s over {len(latencies)} delivered alerts")
-    tables = cfg.delta_dir / str(cfg.topics.alerts)
+    tables = cfg.delta_dir / cfg.topics.alerts
     print(f"Delta tables: {', '.join(sorted(p.name for p in tables.iterdir()))} under {tables}")
     print(f"demo finished in {elapsed:.0f} s")
     (cfg.state_dir / "demo-summary.json").write_text(json.dumps(

@@ -72,7 +72,7 @@ def test_the_archive_process_gets_the_same_stream_and_settings_and_no_endpoint(c
     child = parse_args(arguments)
     assert (child.lane, child.topic, child.name, child.stop_when_idle) == ("archive", "t", "night1", None), \
         "the parent stops it once delivery has stopped"
-    assert child.state_dir == str(tmp_path) and child.archive_trigger == str(cfg.archive.trigger)
+    assert child.state_dir == str(tmp_path) and child.archive_trigger == cfg.archive.trigger
     assert child.set == ["stream.tasks=1", "monitoring.port=null", "archive.process=same"]
 
 

@@ -23,7 +23,7 @@ USER_KEY = "kafka.security.user"
 
 def security_protocol(cfg: Config) -> str:
     """PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL (``kafka.security.protocol``)."""
-    protocol = str(cfg.kafka.security.protocol).upper()
+    protocol = cfg.kafka.security.protocol.upper()
     if protocol not in (PLAINTEXT, "SASL_PLAINTEXT", "SASL_SSL", "SSL"):
         raise SkyfilterError(f"{cfg.source}: kafka.security.protocol must be PLAINTEXT, SASL_PLAINTEXT, "
                              f"SASL_SSL or SSL, got '{protocol}'")
@@ -79,7 +79,7 @@ def client_settings(cfg: Config, **extra: object) -> dict:
         settings["security.protocol"] = protocol
     if uses_sasl(cfg):
         username, password = read_credentials(cfg)
-        settings.update({"sasl.mechanism": str(cfg.kafka.security.mechanism),
+        settings.update({"sasl.mechanism": cfg.kafka.security.mechanism,
                          "sasl.username": username, "sasl.password": password})
     if protocol.endswith("SSL") and cfg.kafka.security.ssl_ca_location:
         settings["ssl.ca.location"] = str(cfg.path("kafka.security.ssl_ca_location"))
@@ -95,7 +95,7 @@ def spark_kafka_options(cfg: Config) -> dict[str, str]:
         options["kafka.security.protocol"] = protocol
     if uses_sasl(cfg):
         username, password = read_credentials(cfg)
-        mechanism = str(cfg.kafka.security.mechanism)
+        mechanism = cfg.kafka.security.mechanism
         module = ("org.apache.kafka.common.security.scram.ScramLoginModule" if mechanism.startswith("SCRAM")
                   else "org.apache.kafka.common.security.plain.PlainLoginModule")
         options.update({"kafka.sasl.mechanism": mechanism,
@@ -108,11 +108,11 @@ def spark_kafka_options(cfg: Config) -> dict[str, str]:
 def spark_source_options(cfg: Config) -> dict[str, str]:
     """Options of the Spark Kafka source: the connection, messages up to the size limit, ``stream.source_options``."""
     extra = cfg.stream.source_options or {}
-    return {**spark_kafka_options(cfg), "kafka.max.partition.fetch.bytes": str(int(cfg.kafka.max_message_bytes)),
+    return {**spark_kafka_options(cfg), "kafka.max.partition.fetch.bytes": str(cfg.kafka.max_message_bytes),
             **{key: str(value) for key, value in extra.items()}}
 
 
 def spark_sink_options(cfg: Config) -> dict[str, str]:
     """Options of the Spark Kafka sink: acknowledged by every in-sync replica, idempotent retries."""
     return {**spark_kafka_options(cfg), "kafka.acks": "all", "kafka.enable.idempotence": "true",
-            "kafka.max.request.size": str(int(cfg.kafka.max_message_bytes)), "kafka.linger.ms": "5"}
+            "kafka.max.request.size": str(cfg.kafka.max_message_bytes), "kafka.linger.ms": "5"}

@@ -83,7 +83,7 @@ class LocalKafka:
         count = int(nodes or cfg.kafka.nodes)
         if count < 1:
             raise SkyfilterError(f"--nodes must be at least 1, got {count}")
-        base = int(cfg.kafka.base_port)
+        base = cfg.kafka.base_port
         self.nodes = [
             KafkaNode(i + 1, base + 2 * i, base + 2 * i + 1, self.home / f"node-{i + 1}")
             for i in range(count)
@@ -164,7 +164,7 @@ class LocalKafka:
             "default_partitions": 1,
             "replication_factor": factor,
             "min_insync_replicas": insync,
-            "max_message_bytes": int(self.cfg.kafka.max_message_bytes),
+            "max_message_bytes": self.cfg.kafka.max_message_bytes,
             "listener_protocol": "SASL_PLAINTEXT" if self.secure else "PLAINTEXT",
             "security_settings": server_settings(self.cfg) if self.secure else "",
         }
@@ -183,7 +183,7 @@ class LocalKafka:
                 raise SkyfilterError(f"formatting Kafka storage of node {node.node_id} failed: {last[0]}")
 
     def _jvm_flags(self, node: KafkaNode, libs: Path) -> list[str]:
-        heap = str(self.cfg.kafka.heap)
+        heap = self.cfg.kafka.heap
         return [f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
                 f"-Dkafka.logs.dir={node.folder / 'logs'}",
@@ -196,7 +196,7 @@ class LocalKafka:
     def _wait_ready(self, started: list[tuple[KafkaNode, subprocess.Popen]]) -> None:
         from confluent_kafka.admin import AdminClient
 
-        deadline = time.monotonic() + float(self.cfg.kafka.start_timeout_s)
+        deadline = time.monotonic() + self.cfg.kafka.start_timeout_s
         admin = AdminClient(client_settings(self.admin_config(), log_level=0))
         while True:
             for node, proc in started:

@@ -72,9 +72,9 @@ def principals(brokers: list[BrokerSpec]) -> list[str]:
 
 def grants(cfg: Config, brokers: list[BrokerSpec]) -> list[Grant]:
     """The least-privilege ACLs of the pipeline, the producer and every broker."""
-    alerts = str(cfg.topics.alerts)
-    registry = str(cfg.schema_registry.topic)
-    errors = str(cfg.topics.errors)
+    alerts = cfg.topics.alerts
+    registry = cfg.schema_registry.topic
+    errors = cfg.topics.errors
     read, write = ("READ", "DESCRIBE"), ("CREATE", "WRITE", "DESCRIBE")
     rules = [
         Grant("pipeline", "topic", alerts, False, read),
@@ -101,7 +101,7 @@ def server_settings(cfg: Config) -> str:
     """Lines added to every node's server.properties: SCRAM on the client listener, PLAIN
     between controllers (KRaft cannot use SCRAM there), the standard authorizer."""
     _, password = read_credentials(cfg, ADMIN)
-    mechanism = str(cfg.kafka.security.mechanism)
+    mechanism = cfg.kafka.security.mechanism
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
     plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
     lower = mechanism.lower()
@@ -152,7 +152,7 @@ def grant(cfg: Config, brokers_file: str | Path | None = None) -> dict[str, int]
     users = principals(brokers)
     ensure_credentials(cfg, users)
     admin = AdminClient(client_settings(connect_as(cfg, ADMIN), log_level=0))
-    mechanism = getattr(ScramMechanism, str(cfg.kafka.security.mechanism).replace("-", "_"))
+    mechanism = getattr(ScramMechanism, cfg.kafka.security.mechanism.replace("-", "_"))
     upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 8192),
                                             read_credentials(cfg, user)[1].encode())
                for user in users if user != ADMIN]

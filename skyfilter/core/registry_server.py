@@ -217,7 +217,7 @@ class RegistryServer:
 
     def __init__(self, cfg: Config, host: str | None = None, port: int | None = None):
         self.registry = KafkaTopicRegistry(cfg)
-        host = host or str(cfg.schema_registry.serve.host)
+        host = host or cfg.schema_registry.serve.host
         port = int(cfg.schema_registry.serve.port if port is None else port)
         try:
             self.server = ThreadingHTTPServer((host, port), _handler(RegistryApi(self.registry)))

@@ -66,8 +66,8 @@ class KafkaTopicRegistry:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.bootstrap = cfg.bootstrap_servers
-        self.topic = str(cfg.schema_registry.topic)
-        self.default_level = str(cfg.schema_registry.compatibility).upper()
+        self.topic = cfg.schema_registry.topic
+        self.default_level = cfg.schema_registry.compatibility.upper()
         ensure_topics(cfg, {self.topic: 1}, {"cleanup.policy": "compact"})
         self._entries: dict[str, dict] = {}
         self._read_to = 0

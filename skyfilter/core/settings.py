@@ -207,7 +207,9 @@ def check_settings(data: dict, source: str, kind: type = Sections, prefix: str =
 
 
 def typed(data: dict, source: str, kind: type = Sections, prefix: str = ""):
-    """``data`` (a complete, checked configuration) as section objects; a key no file gives is one error."""
+    """``data`` (a complete configuration) as section objects, each value of its key's one plain type (a
+    ``trigger: 0`` written without quotes is the text "0", a whole number of seconds a float); a key no file
+    gives, or a value set by code that is not of its kind, is one error."""
     hints = typing.get_type_hints(kind)
     values = {}
     for key, hint in hints.items():
@@ -217,11 +219,21 @@ def typed(data: dict, source: str, kind: type = Sections, prefix: str = ""):
         section = _section_of(hint)
         if section is not None and isinstance(value, dict):
             value = typed(value, source, section, f"{prefix}{key}.")
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and str in _choices(hint) \
-                and not ({int, float} & set(_choices(hint))):
-            value = str(value)  # trigger: 0, schema_version: 10.0 as written without quotes
+        elif value is not None and not isinstance(value, (dict, list)):
+            value = _plain(value, hint, f"{source}: config key '{prefix}{key}'")
         values[key] = value
     return kind(**values)
+
+
+def _plain(value: Any, hint, where: str) -> Any:
+    """``value`` as the one plain type (str, int, float) its key takes; as it is for unions and bool."""
+    plain = [choice for choice in _choices(hint) if choice is not type(None)]
+    if len(plain) != 1 or plain[0] not in (str, int, float) or isinstance(value, bool):
+        return value
+    try:
+        return plain[0](value)
+    except (TypeError, ValueError):
+        raise SkyfilterError(f"{where} must be a number, not {value!r}") from None
 
 
 def _choices(hint) -> tuple:

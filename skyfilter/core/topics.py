@@ -48,10 +48,10 @@ def topic_settings(cfg: Config, live_nodes: int) -> tuple[int, dict[str, str]]:
     topic created while one node is down still gets the cluster's full factor.
     """
     settings = {
-        "max.message.bytes": str(int(cfg.kafka.max_message_bytes)),
+        "max.message.bytes": str(cfg.kafka.max_message_bytes),
         # Latency is measured broker-side: input append time -> output append time.
         "message.timestamp.type": "LogAppendTime",
-        "retention.ms": str(int(float(cfg.topics.retention_hours) * 3600 * 1000)),
+        "retention.ms": str(int(cfg.topics.retention_hours * 3600 * 1000)),
     }
     if cfg.kafka.replication_factor in (None, "auto") and cfg.kafka.min_insync_replicas in (None, "auto"):
         return -1, settings

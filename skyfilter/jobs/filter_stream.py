@@ -78,13 +78,13 @@ def triggers(cfg: Config, available_now: bool, log=print) -> Triggers:
     """Each lane's trigger from the config (checked here, so a typo is one line before Spark starts)."""
     if available_now:
         return Triggers("availableNow", "availableNow", "", "availableNow")
-    delivery = str(cfg.stream.trigger).strip().lower()
+    delivery = cfg.stream.trigger.strip().lower()
     if delivery == "auto":
         delivery, why = auto_trigger(cfg.path("stream.filters_dir"), cfg.path("stream.brokers"))
         log(f"trigger auto -> {delivery}: {why}")
     if delivery != REALTIME:
         delivery = "0s" if duration(delivery) == "0 seconds" else delivery
-    archive, archive_log = str(cfg.archive.trigger).strip(), str(cfg.archive.log_trigger).strip()
+    archive, archive_log = cfg.archive.trigger.strip(), cfg.archive.log_trigger.strip()
     duration(archive)
     duration(archive_log)
     return Triggers(delivery, archive, duration(cfg.stream.realtime.checkpoint_interval), archive_log)
@@ -97,7 +97,7 @@ def lane_slots(cfg: Config, topic: str, triggers_: Triggers, lanes: set[str], co
     realtime = delivery and triggers_.delivery == REALTIME
     micro_batches = delivery and (not realtime or auto_trigger(cfg.path("stream.filters_dir"),
                                                                cfg.path("stream.brokers"))[0] != REALTIME)
-    partitions = (topic_partitions(cfg, topic) or int(cfg.topics.alerts_partitions)) if realtime else 0
+    partitions = (topic_partitions(cfg, topic) or cfg.topics.alerts_partitions) if realtime else 0
     return plan_slots(cfg, cores, partitions, micro_batches, "archive" in lanes)
 
 
@@ -122,11 +122,11 @@ def session_for(cfg: Config, topic: str, name: str, triggers_: Triggers, lanes: 
 def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     """Run the stream job until it is told to stop (or, with --available-now, until caught up)."""
     cfg = load_config(args)
-    topic = str(cfg.topics.alerts)
+    topic = cfg.topics.alerts
     name = args.name or topic
     lanes = LANES[args.lane]
     plan_triggers = triggers(cfg, args.available_now, log)
-    wait_until_reachable(cfg, float(cfg.kafka.connect_wait_s), log)
+    wait_until_reachable(cfg, cfg.kafka.connect_wait_s, log)
     wait = args.wait_for_schema if args.wait_for_schema is not None else (0 if args.available_now else 1e9)
     schema = wait_for_schema(cfg, topic, wait, log)
     if schema is None:
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     try:
         if apart:
             job.watch_archive_process(ArchiveProcess(archive_arguments(args, cfg, topic, name),
-                                                     int(cfg.archive.nice), job.totals,
+                                                     cfg.archive.nice, job.totals,
                                                      cfg.run_dir / f"filter_stream.{name}.archive.log", log).start())
         job.start()
         running = ", ".join(f"{lane} (trigger {_label(job, lane)})" for lane in ("realtime", "delivery", "archive")
@@ -178,8 +178,8 @@ def archive_arguments(args: argparse.Namespace, cfg: Config, topic: str, name: s
     files and settings, the archive lane only, no metrics endpoint (the parent serves the lanes' lag)."""
     arguments = ["--lane", "archive", "--topic", topic, "--name", name, "--wait-for-schema", "600",
                  "--filters-dir", str(cfg.path("stream.filters_dir")), "--brokers", str(cfg.path("stream.brokers")),
-                 "--bootstrap", str(cfg.kafka.bootstrap_servers), "--state-dir", str(cfg.state_dir),
-                 "--archive-trigger", str(cfg.archive.trigger)]
+                 "--bootstrap", cfg.kafka.bootstrap_servers, "--state-dir", str(cfg.state_dir),
+                 "--archive-trigger", cfg.archive.trigger]
     arguments += ["--config", args.config] if args.config else []
     for setting in args.set:
         arguments += ["--set", setting]

@@ -55,15 +55,15 @@ def run(args: argparse.Namespace, spark=None, log=print) -> dict[str, dict]:
     from delta.tables import DeltaTable
 
     cfg = config_from_args(args)
-    name = args.name or str(cfg.topics.alerts)
+    name = args.name or cfg.topics.alerts
     retention = args.vacuum_hours if args.vacuum_hours is not None else \
-        float(cfg.maintenance.vacuum_retention_hours)
-    keep = args.keep_nights if args.keep_nights is not None else int(cfg.maintenance.keep_nights)
+        cfg.maintenance.vacuum_retention_hours
+    keep = args.keep_nights if args.keep_nights is not None else cfg.maintenance.keep_nights
     spark = spark or get_spark(f"skyfilter-maintain-{name}")
     if retention < DELTA_MIN_RETENTION_HOURS:
         # Delta refuses short retentions unless told: files older than that may still serve time travel.
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    tonight = current_night(float(cfg.stream.night_offset_hours))
+    tonight = current_night(cfg.stream.night_offset_hours)
     horizon = (dt.date.fromisoformat(tonight) - dt.timedelta(days=keep)).isoformat() if keep else None
     paths = table_paths(cfg, name)
     report = {}

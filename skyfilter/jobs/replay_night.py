@@ -165,7 +165,7 @@ def refilter(spark, cfg: Config, messages: DataFrame, inputs: InputSchemas, args
 def run(args: argparse.Namespace, spark=None, log=print) -> dict:
     """Replay or re-filter one night; returns the figures of the summary line."""
     cfg = act_as(config_from_args(args), "pipeline")
-    name = args.name or str(cfg.topics.alerts)
+    name = args.name or cfg.topics.alerts
     selection = NightSelection(args.night, parse_visits(args.visits), args.as_of_version, args.as_of_timestamp)
     speed = speed_factor(args.speed)
     if args.to_topic or args.to_brokers:

@@ -35,7 +35,7 @@ class ProduceOptions:
 
 def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
     """Produce simulated or replayed alerts as the options say; returns the report."""
-    topic = options.topic or str(cfg.topics.alerts)
+    topic = options.topic or cfg.topics.alerts
     cfg = act_as(cfg, "producer")
     if options.bootstrap:
         cfg.set("kafka.bootstrap_servers", options.bootstrap)
@@ -45,15 +45,15 @@ def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
         schema = source.schema
         interval = options.interval_s or 0.0
     else:
-        schema = rubin_schema(options.schema_version or str(cfg.simulation.schema_version))
-        interval = options.interval_s if options.interval_s is not None else float(cfg.simulation.interval_s)
+        schema = rubin_schema(options.schema_version or cfg.simulation.schema_version)
+        interval = options.interval_s if options.interval_s is not None else cfg.simulation.interval_s
         source = SimulatedSource(
-            schema, 0, options.night or current_night(float(cfg.stream.night_offset_hours)),
-            options.visits or int(cfg.simulation.visits),
-            options.alerts_per_visit or int(cfg.simulation.alerts_per_visit),
+            schema, 0, options.night or current_night(cfg.stream.night_offset_hours),
+            options.visits or cfg.simulation.visits,
+            options.alerts_per_visit or cfg.simulation.alerts_per_visit,
             seed=options.seed,
             stamps=cfg.simulation.stamps if options.stamps is None else options.stamps,
-            history_length=int(cfg.simulation.history_length), interval_s=interval,
+            history_length=cfg.simulation.history_length, interval_s=interval,
             first_visit=options.first_visit)
     return send_source(cfg, topic, source, schema, interval, options.processes, options.progress, log)
 
@@ -65,7 +65,7 @@ def send_source(cfg: Config, topic: str, source: AlertSource, schema: dict, inte
     ``producer_settings`` override the config's librdkafka ``producer`` section (benchmarks compare them).
     """
     cfg = act_as(cfg, "producer")
-    ensure_topics(cfg, {topic: int(cfg.topics.alerts_partitions)})
+    ensure_topics(cfg, {topic: cfg.topics.alerts_partitions})
     source.schema_id = open_registry(cfg).register(subject_for(topic), schema, same_alerts=True)
     conf = client_settings(cfg, **(cfg.section("producer") | (producer_settings or {})))
     return run_producers(conf, topic, source, source.schema_id, interval_s, max(1, processes), progress, log)

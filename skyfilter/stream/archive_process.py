@@ -46,7 +46,7 @@ def runs_apart(cfg: Config, lanes: set[str], available_now: bool, master_is_loca
     a local master when the job runs both lanes until stopped; ``separate``; ``same``)."""
     if available_now or lanes != {"delivery", "archive"}:
         return False
-    mode = str(cfg.archive.process).strip().lower()
+    mode = cfg.archive.process.strip().lower()
     if mode not in ("auto", "same", "separate"):
         from skyfilter.core.errors import SkyfilterError
 

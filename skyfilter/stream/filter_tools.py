@@ -32,7 +32,7 @@ def schema_for_check(cfg: Config, topic: str | None, schema_path: str | None) ->
         if path.suffix == ".avsc":
             return str(path), schema_text(json.loads(path.read_text()))
         return str(path), schema_text(read_container(path)[0])
-    version = str(cfg.simulation.schema_version)
+    version = cfg.simulation.schema_version
     return f"Rubin alert schema {version}", schema_text(rubin_schema(version))
 
 

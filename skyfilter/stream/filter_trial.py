@@ -107,7 +107,7 @@ def sample_frame(spark: SparkSession, cfg: Config, paths: list[str | Path]) -> t
                              f"{next(iter(unreadable.values()))}; test one survey's alerts at a time")
     inputs = InputSchemas("sample", reader, {i: schema_text(schema) for i, schema in schemas})
     raw = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
-    decoded = decode(raw, inputs, detect(reader, cfg), float(cfg.stream.night_offset_hours))
+    decoded = decode(raw, inputs, detect(reader, cfg), cfg.stream.night_offset_hours)
     return decoded, f"{len(files)} sample file(s)"
 
 

@@ -47,7 +47,7 @@ class KafkaWatch:
         self.cfg = cfg
         self.log = log
         self.interval_s = interval_s
-        self.limit_s = float(cfg.kafka.outage_limit_s)
+        self.limit_s = cfg.kafka.outage_limit_s
         self.down_since: float | None = None
         self.back_at = 0.0  # wall-clock time Kafka last came back (0: never away)
         self._stop = threading.Event()

@@ -50,7 +50,7 @@ class StreamMonitor:
         self.log = log
         self.run_id = uuid.uuid4().hex[:12]
         self.lanes: dict[str, LaneState] = {}
-        self.lag_interval_s = float(cfg.monitoring.lag_interval_s)
+        self.lag_interval_s = cfg.monitoring.lag_interval_s
         self.latest: LatestOffsets | None = None
         self.server = None
         self.url: str | None = None
@@ -58,7 +58,7 @@ class StreamMonitor:
         self.quarantined: list[str] = []
         self.registry = CollectorRegistry()
         self._define()
-        self._serve(cfg.monitoring.port, str(cfg.monitoring.host))
+        self._serve(cfg.monitoring.port, cfg.monitoring.host)
 
     def _define(self) -> None:
         r, s, lane = self.registry, ["stream"], ["stream", "lane"]

@@ -29,7 +29,7 @@ class NightlyTopics:
     def __init__(self, cfg: Config, topic: str):
         self.cfg = cfg
         self.topic = topic
-        self.retention_ms = str(int(float(cfg.stream.nightly_topics.retention_hours) * 3_600_000))
+        self.retention_ms = str(int(cfg.stream.nightly_topics.retention_hours * 3_600_000))
         self.partitions = max(topic_partitions(cfg, topic), 1)
         self.ready: set[str] = set()
         self.registered: set[tuple[str, int]] = set()

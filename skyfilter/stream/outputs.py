@@ -93,7 +93,7 @@ def prepare_outputs(cfg: Config, template: DataFrame, inputs: InputSchemas, cuto
         output_id = 0 if broker.encoding == "json" else registry.register(subject_for(broker.topic), schema)
         encodings[broker.name] = Encoding(schema_text(schema), output_id, columns, broker.format == "lite",
                                           wire=broker.encoding)
-    ensure_topics(cfg, {b.topic: int(cfg.topics.broker_partitions) for b in brokers})
+    ensure_topics(cfg, {b.topic: cfg.topics.broker_partitions for b in brokers})
     return encodings
 
 

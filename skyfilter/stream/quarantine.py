@@ -62,8 +62,8 @@ class Quarantine:
         self.cfg = cfg
         self.cell = cell
         self.log = log
-        self.budget = float(cfg.stream.filter_time_budget_s)
-        self.errors_topic = str(cfg.topics.errors)
+        self.budget = cfg.stream.filter_time_budget_s
+        self.errors_topic = cfg.topics.errors
         self.table = cell.current.tables["filter_status"]
         self.filters_dir = filters_dir
         self.states = self._initial_states(filters_dir)

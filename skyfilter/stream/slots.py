@@ -61,7 +61,7 @@ def plan_slots(cfg: Config, cores: int, realtime_partitions: int, micro_batches:
     """The slots of each lane, delivery getting ``stream.tasks`` or else ``cores``."""
     wanted = cfg.stream.tasks
     delivery = (cores if wanted in (None, "auto") else int(wanted)) if micro_batches else 0
-    archive_tasks = max(1, int(cfg.archive.tasks)) if archive else 0
+    archive_tasks = max(1, cfg.archive.tasks) if archive else 0
     return Slots(max(delivery, 1) if micro_batches else 0, realtime_partitions, archive_tasks, 1 if archive else 0)
 
 

@@ -216,17 +216,17 @@ class StreamJob:
         """A Kafka source of the lane: its topics, from the configured starting offsets."""
         options = spark_source_options(self.cfg)
         if lane == REALTIME:  # long-polling: a fetch returns as soon as data comes, and costs nothing while idle
-            options["kafka.fetch.max.wait.ms"] = str(int(self.cfg.stream.realtime.fetch_max_wait_ms))
+            options["kafka.fetch.max.wait.ms"] = str(self.cfg.stream.realtime.fetch_max_wait_ms)
         reader = (self.spark.readStream.format("kafka").options(**options)
                   .option("subscribe", ",".join(topics or [self.plan.topic]))
-                  .option("startingOffsets", str(self.cfg.stream.starting_offsets)))
+                  .option("startingOffsets", self.cfg.stream.starting_offsets))
         return reader.load() if lane == REALTIME else reader
 
     def _ensure_input_topic(self) -> None:
         """Create the input topic if its schema was registered before it was created (Spark's Kafka source fails
         on a topic that does not exist yet)."""
         if not topic_partitions(self.cfg, self.plan.topic):
-            ensure_topics(self.cfg, {self.plan.topic: int(self.cfg.topics.alerts_partitions)})
+            ensure_topics(self.cfg, {self.plan.topic: self.cfg.topics.alerts_partitions})
 
     def _check_slots(self) -> None:
         partitions = topic_partitions(self.cfg, self.plan.topic)
@@ -311,7 +311,7 @@ class StreamJob:
             self.previous_handlers = {}
             self.stop()
             if self.archive_process is not None:
-                self.archive_process.stop(float(self.cfg.archive.stop_timeout_s))
+                self.archive_process.stop(self.cfg.archive.stop_timeout_s)
             status.unlink(missing_ok=True)
         if drain and self.archive is not None:
             self._drain_archive()

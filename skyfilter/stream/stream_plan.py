@@ -221,7 +221,7 @@ def template_frame(spark: SparkSession, cfg: Config, schemas: InputSchemas) -> t
         raise SkyfilterError(f"schema '{definition.get('name')}' has field(s) {', '.join(clash)}, "
                              f"names the stream reserves for its own columns")
     columns = detect(definition, cfg)
-    offset = float(cfg.stream.night_offset_hours)
+    offset = cfg.stream.night_offset_hours
     reader = reader_schema_json(definition, configured_cutouts(cfg, definition))
     return decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), schemas, columns, offset,
                   reader_json=reader), columns
@@ -234,14 +234,14 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
     definition = json.loads(text)
     inputs = load_input_schemas(cfg, topic, schema)
     template, columns = template_frame(spark, cfg, inputs)
-    offset = float(cfg.stream.night_offset_hours)
+    offset = cfg.stream.night_offset_hours
     enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
     cutouts = configured_cutouts(cfg, inputs.reader)
     encodings = prepare_outputs(cfg, template, inputs, cutouts, brokers, enabled)
-    ensure_topics(cfg, {f"{topic}.deadletter": int(cfg.topics.broker_partitions),
-                        delivery_log_topic(topic, name): int(cfg.topics.broker_partitions)})
+    ensure_topics(cfg, {f"{topic}.deadletter": cfg.topics.broker_partitions,
+                        delivery_log_topic(topic, name): cfg.topics.broker_partitions})
     return StreamPlan(
         name=name, topic=topic, schema_id=schema_id, schema=definition,
         columns=columns, filters=enabled, brokers=brokers, encodings=encodings, cutouts=cutouts, inputs=inputs,
         tables=table_paths(cfg, name), checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset,
-        problems=problems, cfg=cfg, max_alert_bytes=int(cfg.stream.max_alert_bytes))
+        problems=problems, cfg=cfg, max_alert_bytes=cfg.stream.max_alert_bytes)
