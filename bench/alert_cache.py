@@ -19,6 +19,7 @@ from skyfilter.producers.produce import AlertSource
 
 LENGTH = struct.Struct("<II")
 NIGHT = "2026-11-21"
+EARLIER_NIGHT = "2026-11-20"  # warm-up alerts: a night before the measured one, told apart by its ids
 
 
 def cached_visits(cache_dir: Path, schema: dict, visits: int, alerts_per_visit: int, stamps: bool,

@@ -31,8 +31,10 @@ def lag_growth(timeline: list[dict], sending_s: float) -> float:
     return sum((t - mean_t) * (lag - mean_lag) for t, lag in points) / spread if spread else 0.0
 
 
-def lane_batches(spark, metrics_path, lanes: tuple[str, ...]) -> list[tuple[float, int]]:
-    """(end time, alerts) of every batch with alerts of the given lanes, from a stream's metrics table."""
+def lane_batches(spark, metrics_path, lanes: tuple[str, ...], since: float = 0.0) -> list[tuple[float, int]]:
+    """(end time, alerts) of every batch with alerts of the given lanes that ended after ``since`` (epoch
+    seconds), from a stream's metrics table."""
     rows = spark.read.format("delta").load(str(metrics_path)).where("input_alerts > 0") \
         .select("lane", "finished_at", "input_alerts").collect()
-    return [(r.finished_at.timestamp(), r.input_alerts) for r in rows if r.lane in lanes]
+    return [(r.finished_at.timestamp(), r.input_alerts) for r in rows
+            if r.lane in lanes and r.finished_at.timestamp() >= since]

@@ -70,7 +70,7 @@ def parse_runs(text: str) -> list[tuple[str, str, int | None]]:
 def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, index: int, trigger: str, fmt: str,
           cap: int | None) -> dict:
     """One visit through a fresh, warm stream; its timeline in seconds from the first send."""
-    from bench.alert_cache import CachedSource, cached_visits
+    from bench.alert_cache import EARLIER_NIGHT, CachedSource, cached_visits
     from bench.filter_sets import write_filter_set
     from bench.stream_runner import register_topic, start_stream
     from skyfilter.core.brokers import load_brokers
@@ -88,7 +88,7 @@ def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, index: int,
     try:
         if args.warm_up:
             earlier = cached_visits(args.state_dir / "cache", schema, 1, args.warm_up, args.stamps, progress=False,
-                                    night="2026-11-20")
+                                    night=EARLIER_NIGHT)
             warm = send_source(cfg, topic, CachedSource(earlier, 1), schema, 0.0, 1, False, lambda line: None).alerts
             stream.wait_for_alerts(warm, timeout_s=600)
             time.sleep(2)

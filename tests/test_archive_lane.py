@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from conftest import ROOT, decode_messages, fault_row, stream_args, write_files
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
@@ -119,23 +121,39 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
     assert sorted(r.alert_id for r in matches.collect()) == sorted(expected), "every match archived exactly once"
 
 
-def test_rows_from_the_delivery_log_are_stored_once_however_often_they_come(spark, tmp_path):
+@pytest.mark.parametrize("with_marks", [True, False], ids=["stored-marks", "read-back"])
+def test_rows_from_the_delivery_log_are_stored_once_however_often_they_come(spark, tmp_path, with_marks):
     """A delivery batch logged twice (it was retried), in the same or a later archive batch, and an archive
-    batch retried after a crash: each row is stored once."""
-    from skyfilter.stream.tables import insert_new
+    batch retried after a crash: each row is stored once, with the stored marks (in the common case the table
+    is not read back) and without them."""
+    from skyfilter.stream.insert_once import StoredMarks, insert_new
 
     path = tmp_path / "matches"
     keys = ["night", "broker", "kafka_partition", "kafka_offset"]
     schema = "night string, broker string, kafka_partition int, kafka_offset long, batch_id long"
+    spans = "night string, kafka_partition int, low long, high long"
+    first = [("2026-11-10", "b1", 0, 10, 1), ("2026-11-10", "b2", 0, 10, 1), ("2026-11-10", "b1", 1, 11, 1)]
+    again = first[1:] + [("2026-11-10", "b1", 1, 12, 2), ("2026-11-11", "b1", 0, 3, 2)]
+    later = [("2026-11-10", "b1", 0, 20, 3), ("2026-11-10", "b1", 2, 1, 3), ("2026-11-11", "b2", 0, 4, 3)]
+    last = [("2026-11-10", "b1", 0, 21, 4)]
 
-    def stored() -> list[tuple]:
+    def marks() -> StoredMarks | None:  # a new one: the archive lane started again
+        return StoredMarks(path, ["kafka_partition"], "kafka_offset", "night") if with_marks else None
+
+    def insert(rows: list[tuple], batch_id: int, stored_marks: StoredMarks | None) -> list[tuple]:
+        insert_new(spark.createDataFrame(rows, schema), path, keys, "test", batch_id, "night", stored_marks)
         return sorted(tuple(r) for r in spark.read.format("delta").load(str(path)).collect())
 
-    first = [("2026-11-10", "b1", 0, 10, 1), ("2026-11-10", "b2", 0, 10, 1), ("2026-11-10", "b1", 1, 11, 1)]
-    insert_new(spark.createDataFrame(first + first[:1], schema), path, keys, "test", 0, "night")
-    assert stored() == sorted(first)
-    again = first[1:] + [("2026-11-10", "b1", 1, 12, 2), ("2026-11-11", "b1", 0, 3, 2)]
-    insert_new(spark.createDataFrame(again, schema), path, keys, "test", 1, "night")
-    assert stored() == sorted(first + again[2:])
-    insert_new(spark.createDataFrame([("2026-11-11", "b9", 0, 99, 3)], schema), path, keys, "test", 1, "night")
-    assert stored() == sorted(first + again[2:]), "a retried archive batch appends nothing"
+    running = marks()
+    assert insert(first + first[:1], 0, running) == sorted(first)
+    assert insert(again, 1, running) == sorted(first + again[2:]), "a retried delivery batch: its new rows only"
+    assert insert([("2026-11-11", "b9", 0, 99, 3)], 1, running) == sorted(first + again[2:]), \
+        "a retried archive batch appends nothing"
+    assert insert(later, 2, running) == sorted(first + again[2:] + later), "above the marks, a new partition"
+    restarted = marks()
+    assert insert(later[:1] + last, 3, restarted) == sorted(first + again[2:] + later + last), \
+        "after a restart, the marks come from the table"
+    if restarted is not None:
+        assert restarted.above(spark, spark.createDataFrame([("2026-11-10", 0, 22, 22), ("2026-11-12", 5, 0, 0)],
+                                                            spans).collect()), "above every mark, a new night"
+        assert not restarted.above(spark, spark.createDataFrame([("2026-11-10", 0, 21, 22)], spans).collect())

@@ -4,8 +4,10 @@ It reads the stream's delivery log (``skyfilter/stream/delivery_log.py``) with i
 own checkpoint, on ``archive.log_trigger`` (slower than the alerts query: its
 tables are small, and each batch pays a few Delta commits whatever its size).
 A delivery batch that was retried logs its records again, possibly in a later
-batch of this query: every row is inserted only if it is not there yet, and
-each batch's inserts are idempotent, so each table holds every row once.
+batch of this query: every row is inserted only if it is not there yet
+(``skyfilter/stream/insert_once.py``: in the common case, rows above what each
+table holds of their source, without reading the table back), and each batch's
+inserts are idempotent, so each table holds every row once.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from skyfilter.stream.delivery_log import batch_records, match_records
+from skyfilter.stream.insert_once import StoredMarks, insert_new
 from skyfilter.stream.lane import Lane, LaneServices
-from skyfilter.stream.tables import METRICS_SCHEMA, insert_new, run_side_by_side
+from skyfilter.stream.tables import METRICS_SCHEMA, run_side_by_side
 
 LANE = "archive-log"
+# the keys of each table's rows; the last grows along a source (the StoredMarks below)
 MATCH_KEYS = ["night", "broker", "kafka_topic", "kafka_partition", "kafka_offset"]
 METRIC_KEYS = ["lane", "query_id", "batch_id"]
 BROKER_VISIT_KEYS = ["query_id", "broker", "visit_id", "batch_id"]
@@ -32,6 +36,11 @@ class ArchiveLogLane(Lane):
         super().__init__(services, LANE)
         self.trigger = trigger
         self.app_id = f"skyfilter:{services.cell.current.name}:{LANE}"
+        tables = self.plan.tables
+        self.marks = {  # offsets along input partitions, batch ids along a lane's query
+            "matches": StoredMarks(tables["matches"], ["kafka_topic", "kafka_partition"], "kafka_offset", "night"),
+            "broker_visits": StoredMarks(tables["broker_visits"], ["query_id"], "batch_id", "night"),
+            "metrics": StoredMarks(tables["metrics"], ["lane", "query_id"], "batch_id")}
 
     @property
     def topics(self) -> list[str]:
@@ -45,10 +54,12 @@ class ArchiveLogLane(Lane):
         try:
             matches, summaries = log_matches(logged), batch_records(logged)
             run_side_by_side([
-                lambda: insert_new(matches, tables["matches"], MATCH_KEYS, self.app_id, batch_id, "night"),
+                lambda: insert_new(matches, tables["matches"], MATCH_KEYS, self.app_id, batch_id, "night",
+                                   self.marks["matches"]),
                 lambda: insert_new(log_broker_visits(summaries), tables["broker_visits"], BROKER_VISIT_KEYS,
-                                   self.app_id, batch_id, "night"),
-                lambda: insert_new(log_metrics(summaries), tables["metrics"], METRIC_KEYS, self.app_id, batch_id)])
+                                   self.app_id, batch_id, "night", self.marks["broker_visits"]),
+                lambda: insert_new(log_metrics(summaries), tables["metrics"], METRIC_KEYS, self.app_id, batch_id,
+                                   marks=self.marks["metrics"])])
             is_match = F.get_json_object("json", "$.kind") == "match"
             counts = logged.agg(  # matches: (alert, broker) pairs, as delivered and as stored in `matches`
                 F.count(F.lit(1)).alias("records"), F.count_if(~is_match).alias("batches"),

@@ -13,7 +13,7 @@ visit and delivery batch: matched, delivered, dropped by the cap).
 All of them but ``filter_status`` are written by the archive lane, exactly
 once: its own input with idempotent appends per batch (:func:`append`), what
 it reads from the delivery log by inserting only rows not yet there
-(:func:`insert_new`), since a delivery batch that is retried logs again.
+(``skyfilter/stream/insert_once.py``), since a delivery batch that is retried logs again.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from pathlib import Path
 
 from pyspark import InheritableThread
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from skyfilter.core.config import Config
@@ -105,36 +104,6 @@ def is_table(spark, path: Path) -> bool:
     from delta.tables import DeltaTable
 
     return DeltaTable.isDeltaTable(spark, str(path))
-
-
-def insert_new(frame: DataFrame, path: Path, keys: list[str], app_id: str, batch_id: int,
-               partition_by: str | None = None) -> None:
-    """Append the rows of ``frame`` whose ``keys`` are not in the Delta table yet, once per (app_id, batch_id).
-
-    The rows come from the delivery log, where a retried delivery batch logs again, possibly in a later
-    archive batch: rows already stored are left out by their keys, and a retried archive batch appends
-    nothing twice.  The last key grows with time (an offset, a batch id): only stored rows at or above the
-    batch's smallest value are compared, so Delta skips the files of earlier batches, and with
-    ``partition_by`` only the partitions the rows fall in are read.  Cheaper than a MERGE (one read of
-    a few files and one append) and as exact, the archive lane being the tables' only writer.
-    """
-    rows = frame.dropDuplicates(keys)
-    spark = frame.sparkSession
-    if is_table(spark, path):
-        growing = keys[-1]
-        bounds = rows.agg(F.min(growing).alias("low"), *(
-            [F.collect_set(partition_by).alias("parts")] if partition_by else [])).first()
-        if bounds["low"] is None:
-            return
-        stored = spark.read.format("delta").load(str(path)).where(F.col(growing) >= bounds["low"])
-        if partition_by:
-            stored = stored.where(F.col(partition_by).isin(bounds["parts"]))
-        stored = stored.select(*[F.col(f"`{key}`").alias(f"_stored_{key}") for key in keys])
-        same = F.lit(True)
-        for key in keys:
-            same = same & F.col(f"`{key}`").eqNullSafe(F.col(f"_stored_{key}"))
-        rows = rows.join(stored, same, "left_anti")
-    append(rows, path, app_id, batch_id, partition_by)
 
 
 def run_side_by_side(tasks: list) -> None:
