@@ -50,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cap", default="none", help="alerts per visit and broker, or none (default none)")
     parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
     parser.add_argument("--archive-trigger", default=None, help="archive lane trigger (default: the config's)")
+    parser.add_argument("--log-trigger", default=None,
+                        help="trigger of the archive's delivery-log query (default: the config's archive.log_trigger)")
     add_warm_up_flag(parser, "one visit of an earlier night through each stream, taken in by both lanes,")
     add_common_arguments(parser)
     return parser.parse_args(argv)
@@ -75,7 +77,8 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
     filters, brokers = write_filter_set(args.state_dir / "filter_sets" / f"sweep_{args.filters}",
                                         args.filters, "sql", args.brokers, args.format, cap_value(args.cap))
     register_topic(cfg, topic, schema)
-    stream = start_stream(cfg, spark, topic, name, filters, brokers, label, archive_trigger=args.archive_trigger)
+    stream = start_stream(cfg, spark, topic, name, filters, brokers, label, archive_trigger=args.archive_trigger,
+                          sets=[f"archive.log_trigger={args.log_trigger}"] if args.log_trigger else None)
     try:
         warm = 0
         if args.warm_up:

@@ -71,7 +71,7 @@ def test_trigger_sweep_reports_latency_and_archive_lag_per_trigger(kafka_cfg, sp
     result = _run(trigger_sweep, "trigger_sweep",
                   ["--triggers", "1", "--warm-up", "--visits", "2", "--alerts-per-visit", "10",
                    "--visit-seconds", "1", "--filters", "2", "--brokers", "2", "--producers", "1", "--no-stamps",
-                   "--archive-trigger", "1s"],
+                   "--archive-trigger", "1s", "--log-trigger", "1s"],
                   kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
     assert row["trigger"] == "1s" and row["alerts"] == 20 and row["messages"] > 0
