@@ -138,7 +138,7 @@ def test_rows_from_the_delivery_log_are_stored_once_however_often_they_come(spar
     last = [("2026-11-10", "b1", 0, 21, 4)]
 
     def marks() -> StoredMarks | None:  # a new one: the archive lane started again
-        return StoredMarks(path, ["kafka_partition"], "kafka_offset", "night") if with_marks else None
+        return StoredMarks(path, keys, ["kafka_partition"], "night") if with_marks else None
 
     def insert(rows: list[tuple], batch_id: int, stored_marks: StoredMarks | None) -> list[tuple]:
         insert_new(spark.createDataFrame(rows, schema), path, keys, "test", batch_id, "night", stored_marks)

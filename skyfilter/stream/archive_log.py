@@ -18,12 +18,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from skyfilter.stream.delivery_log import batch_records, match_records
-from skyfilter.stream.insert_once import StoredMarks, insert_new
+from skyfilter.stream.insert_once import StoredMarks
 from skyfilter.stream.lane import Lane, LaneServices
 from skyfilter.stream.tables import METRICS_SCHEMA, run_side_by_side
 
 LANE = "archive-log"
-# the keys of each table's rows; the last grows along a source (the StoredMarks below)
+# the keys of each table's rows; the last grows along a source (offsets along input partitions, batch ids along a
+# lane's query): see StoredMarks
 MATCH_KEYS = ["night", "broker", "kafka_topic", "kafka_partition", "kafka_offset"]
 METRIC_KEYS = ["lane", "query_id", "batch_id"]
 BROKER_VISIT_KEYS = ["query_id", "broker", "visit_id", "batch_id"]
@@ -37,10 +38,9 @@ class ArchiveLogLane(Lane):
         self.trigger = trigger
         self.app_id = f"skyfilter:{services.cell.current.name}:{LANE}"
         tables = self.plan.tables
-        self.marks = {  # offsets along input partitions, batch ids along a lane's query
-            "matches": StoredMarks(tables["matches"], ["kafka_topic", "kafka_partition"], "kafka_offset", "night"),
-            "broker_visits": StoredMarks(tables["broker_visits"], ["query_id"], "batch_id", "night"),
-            "metrics": StoredMarks(tables["metrics"], ["lane", "query_id"], "batch_id")}
+        self.matches_table = StoredMarks(tables["matches"], MATCH_KEYS, ["kafka_topic", "kafka_partition"], "night")
+        self.broker_visits_table = StoredMarks(tables["broker_visits"], BROKER_VISIT_KEYS, ["query_id"], "night")
+        self.metrics_table = StoredMarks(tables["metrics"], METRIC_KEYS, ["lane", "query_id"])
 
     @property
     def topics(self) -> list[str]:
@@ -49,17 +49,13 @@ class ArchiveLogLane(Lane):
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
-        tables = self.plan.tables
         logged = batch.select(F.col("value").cast("string").alias("json"), "timestamp").persist()
         try:
             matches, summaries = log_matches(logged), batch_records(logged)
             run_side_by_side([
-                lambda: insert_new(matches, tables["matches"], MATCH_KEYS, self.app_id, batch_id, "night",
-                                   self.marks["matches"]),
-                lambda: insert_new(log_broker_visits(summaries), tables["broker_visits"], BROKER_VISIT_KEYS,
-                                   self.app_id, batch_id, "night", self.marks["broker_visits"]),
-                lambda: insert_new(log_metrics(summaries), tables["metrics"], METRIC_KEYS, self.app_id, batch_id,
-                                   marks=self.marks["metrics"])])
+                lambda: self.matches_table.insert(matches, self.app_id, batch_id),
+                lambda: self.broker_visits_table.insert(log_broker_visits(summaries), self.app_id, batch_id),
+                lambda: self.metrics_table.insert(log_metrics(summaries), self.app_id, batch_id)])
             is_match = F.get_json_object("json", "$.kind") == "match"
             counts = logged.agg(  # matches: (alert, broker) pairs, as delivered and as stored in `matches`
                 F.count(F.lit(1)).alias("records"), F.count_if(~is_match).alias("batches"),

@@ -26,18 +26,24 @@ from skyfilter.stream.tables import append, is_table
 
 
 class StoredMarks:
-    """The highest key a table holds per source of its rows, per partition (night), loaded when first needed.
+    """A table of the delivery log: its rows' ``keys``, and the highest key it holds per source of its rows, per
+    partition (night), loaded when first needed.
 
-    ``sources``: the key columns that name a source (e.g. the input topic and partition); ``growing``: the key
-    that grows along it (e.g. the input offset).
+    ``sources``: the key columns that name a source (e.g. the input topic and partition); the last key grows
+    along it (e.g. the input offset).
     """
 
-    def __init__(self, path: Path, sources: list[str], growing: str, partition_by: str | None = None):
+    def __init__(self, path: Path, keys: list[str], sources: list[str], partition_by: str | None = None):
         self.path = path
+        self.keys = keys
         self.sources = sources
-        self.growing = growing
+        self.growing = keys[-1]
         self.partition_by = partition_by
         self._marks: dict[object, dict[tuple, object]] = {}  # partition value -> {source: highest stored}
+
+    def insert(self, frame: DataFrame, app_id: str, batch_id: int) -> None:
+        """Append the rows of ``frame`` the table does not hold yet, once per (app_id, batch_id)."""
+        insert_new(frame, self.path, self.keys, app_id, batch_id, self.partition_by, self)
 
     def above(self, spark: SparkSession, spans: list[Row]) -> bool:
         """Whether every span (partition, source, low, high) lies above what the table holds of its source."""
