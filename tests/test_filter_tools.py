@@ -10,9 +10,11 @@ import pytest
 from conftest import DATA, ROOT, decode_messages, rewrite_as_ztf_402, stream_args, write_files
 from skyfilter.cli import main
 from skyfilter.core.avro_schemas import avro_files, read_container, rubin_schema
+from skyfilter.core.config import Config
 from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.filter_trial import condition_columns, sample_frame
 
 
 def test_repository_filters_pass_against_the_simulated_rubin_schema(spark, capsys):
@@ -104,3 +106,12 @@ def test_filters_test_reads_sample_files_of_several_schema_versions(spark, tmp_p
     report = _report(capsys.readouterr().out)
     assert int(report["alerts scanned"]) == 10
     assert int(report["matched"]) == sum(r["candidate"]["magpsf"] < 18.5 for r in records)
+
+
+def test_sql_timing_copies_only_the_columns_the_condition_reads(spark):
+    """The timing pass copies the sample 10,000 times or more: whole Rubin alerts would fill the driver's heap."""
+    alerts, _ = sample_frame(spark, Config.load(ROOT / "conf" / "local.yaml"), [DATA / "lsst-v10"])
+    condition = "diaSource.snr > 10 AND exists(prvDiaSources, s -> s.snr > 5) AND night IS NOT NULL"
+    assert condition_columns(alerts, condition) == [c for c in alerts.columns
+                                                    if c in ("diaSource", "prvDiaSources", "night")]
+    assert "diaObject" in alerts.columns and "cutoutScience" in alerts.columns

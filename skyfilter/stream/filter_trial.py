@@ -8,8 +8,8 @@ UDF for Python filters), on a local frame of the sample.
 Timing: a Python filter is timed alert by alert (one-row Arrow batches, the
 time measured around the user's function).  A SQL filter runs inside Spark's
 generated code, where single rows cannot be timed; its figure is the time of
-a pass over at least 10,000 alerts (copies of the sample, images left out) divided by the
-alerts, over several runs (Spark's job overhead included: an upper bound).
+a pass over at least 10,000 alerts (copies of the sample, only the columns the condition
+reads) divided by the alerts, over several runs (Spark's job overhead included: an upper bound).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from skyfilter.core.alert_columns import detect
 from skyfilter.core.avro_schemas import avro_files, fingerprint, read_container, schema_text
@@ -168,10 +167,8 @@ def _python_timings(spark: SparkSession, evaluated: DataFrame, spec: FilterSpec)
 
 def _sql_timings(sample: DataFrame, spec: FilterSpec, scanned: int) -> tuple[list[float], str]:
     copies = max(1, -(-SQL_TIMING_ROWS // max(scanned, 1)))
-    images = [f.name for f in sample.schema.fields
-              if isinstance(f.dataType, T.BinaryType) and f.name not in spec.condition]
     copy_ids = sample.sparkSession.range(copies).withColumnRenamed("id", "_copy")
-    repeated = sample.drop(*images).crossJoin(copy_ids).cache()
+    repeated = sample.select(*condition_columns(sample, spec.condition)).crossJoin(copy_ids).cache()
     rows = repeated.count()
     condition = F.count_if(F.expr(spec.condition))
     repeated.agg(condition).collect()  # compile once before timing
@@ -183,6 +180,19 @@ def _sql_timings(sample: DataFrame, spec: FilterSpec, scanned: int) -> tuple[lis
     repeated.unpersist()
     return runs, (f"SQL in Spark: time of one pass over {rows} alerts ({copies} copies of the sample) / alerts, "
                   f"{SQL_TIMING_RUNS} runs, job overhead included")
+
+
+def condition_columns(frame: DataFrame, condition: str) -> list[str]:
+    """The top-level columns of ``frame`` a SQL condition reads.
+
+    The timing pass copies the sample 10,000 times or more: whole Rubin alerts (their
+    histories) would fill the driver's memory, the columns the filter reads do not.
+    """
+    references = frame.select(F.expr(condition))._jdf.queryExecution().analyzed().references().iterator()
+    names = set()
+    while references.hasNext():
+        names.add(references.next().name())
+    return [name for name in frame.columns if name in names] or frame.columns[:1]
 
 
 def shown_columns(spark: SparkSession, spec: FilterSpec) -> list[tuple[str, str]]:
