@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--archive-trigger", default=None, help="archive lane trigger (default: the config's)")
     parser.add_argument("--log-trigger", default=None,
                         help="trigger of the archive's delivery-log query (default: the config's archive.log_trigger)")
-    add_warm_up_flag(parser, "one visit of an earlier night through each stream, taken in by both lanes,")
+    add_warm_up_flag(parser, "one visit of an earlier night through each stream (both lanes take it in)")
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
