@@ -131,7 +131,7 @@ def test_catch_up_runs_on_a_tiny_backlog(kafka_cfg, tmp_path, capsys):
 
 def test_stages_times_each_part_of_the_hot_path(kafka_cfg, spark, tmp_path, capsys):
     result = _run(stages, "stages", ["--alerts", "20", "--repeats", "1", "--no-stamps"], kafka_cfg, tmp_path, capsys)
-    assert len(result["results"]) == 8 and all(r["best_s"] > 0 for r in result["results"])
+    assert len(result["results"]) == 10 and all(r["best_s"] > 0 for r in result["results"])
 
 
 def test_docs_tables_and_plots_are_refreshed_from_the_results(tmp_path):
