@@ -2,7 +2,7 @@
 Real-time Mode included, and the archive lane running at the same time.
 
     python -m bench.trigger_sweep [--triggers realtime,0,1,5] [--visits 10] [--alerts-per-visit 1000]
-                                  [--visit-seconds 3.9] [--format nocutouts] [--cap none]
+                                  [--visit-seconds 3.9] [--format nocutouts] [--cap none] [--set KEY=VALUE]
 
 Rubin sends 10,000 alerts per 39 s visit (256 alerts/s).  Time-scaled runs
 keep that rate with smaller, faster visits (``--alerts-per-visit 1000
@@ -52,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--archive-trigger", default=None, help="archive lane trigger (default: the config's)")
     parser.add_argument("--log-trigger", default=None,
                         help="trigger of the archive's delivery-log query (default: the config's archive.log_trigger)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[], dest="sets",
+                        help="a config setting of the streams, e.g. --set stream.realtime.checkpoint_interval=5m "
+                             "(repeatable)")
     add_warm_up_flag(parser, "one visit of an earlier night through each stream (both lanes take it in)")
     add_common_arguments(parser)
     return parser.parse_args(argv)
@@ -78,7 +81,7 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
                                         args.filters, "sql", args.brokers, args.format, cap_value(args.cap))
     register_topic(cfg, topic, schema)
     stream = start_stream(cfg, spark, topic, name, filters, brokers, label, archive_trigger=args.archive_trigger,
-                          sets=[f"archive.log_trigger={args.log_trigger}"] if args.log_trigger else None)
+                          sets=([f"archive.log_trigger={args.log_trigger}"] if args.log_trigger else []) + args.sets)
     try:
         warm = 0
         if args.warm_up:

@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--stamps", action=argparse.BooleanOptionalAction, default=None,
                          help="include the three FITS cutouts (default: simulation.stamps)")
     produce.add_argument("--seed", type=int, default=0, help="random seed of the simulation (default 0)")
+    produce.add_argument("--ahead", action="store_true",
+                         help="serialize every simulated visit before sending the first, so that during the visits "
+                              "the producer only sends (holds the whole run in memory)")
     produce.add_argument("--night", help="night to simulate, YYYY-MM-DD (default: tonight)")
     produce.add_argument("--first-visit", type=int, default=1,
                          help="number of the night's first visit to simulate, to continue a night (default 1)")
@@ -229,7 +232,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         topic=args.topic, bootstrap=args.bootstrap, from_paths=args.from_paths, visits=args.visits,
         alerts_per_visit=args.alerts_per_visit, interval_s=args.interval_s, processes=args.producers,
         stamps=args.stamps, seed=args.seed, night=args.night, first_visit=args.first_visit,
-        schema_version=args.schema_version, progress=not args.no_progress)
+        schema_version=args.schema_version, progress=not args.no_progress, ahead=args.ahead)
     report = produce(cfg, options)
     print(report.summary())
     return 1 if report.failures else 0

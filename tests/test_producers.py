@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
 from skyfilter.core.topics import topic_partitions
 from skyfilter.core.wire import unframe
-from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.producers.command import ProduceOptions, produce, send_source
+from skyfilter.producers.sources import SimulatedSource
 
 
 def test_parallel_producers_keep_the_visit_cadence_and_lose_nothing(kafka_cfg):
@@ -23,3 +25,18 @@ def test_parallel_producers_keep_the_visit_cadence_and_lose_nothing(kafka_cfg):
     assert len(messages) == 120 and len({m.key for m in messages}) == 120
     assert {unframe(m.value)[0] for m in messages} == {report.schema_id}
     assert topic_partitions(kafka_cfg, "prod.alerts") == kafka_cfg.topics.alerts_partitions
+
+
+def test_visits_serialized_ahead_start_on_the_cadence_after_every_process_is_ready(kafka_cfg):
+    schema = rubin_schema(kafka_cfg.simulation.schema_version)
+    source = SimulatedSource(schema, 0, "2026-11-17", visits=3, alerts_per_visit=300, stamps=True, interval_s=1.0,
+                             ahead=True)  # each process serializes 450 alerts with cutouts first: seconds
+    report = send_source(kafka_cfg, "prod.ahead", source, schema, 1.0, processes=2, progress=False,
+                         log=lambda line: None)
+    assert report.alerts == 900 and report.failures == 0
+    starts = [visit.start for visit in report.visits]
+    for earlier, later in zip(starts, starts[1:], strict=False):
+        assert abs((later - earlier) - 1.0) < 0.4, "no visit waits for the preparing, none follows in a burst"
+    assert all(visit.seconds < 1.0 for visit in report.visits), "prepared visits are only sent"
+    messages = read_topic(kafka_cfg, "prod.ahead")
+    assert len(messages) == 900 and len({m.key for m in messages}) == 900

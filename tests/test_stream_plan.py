@@ -16,11 +16,13 @@ from skyfilter.core.registry import open_registry, subject_for
 from skyfilter.jobs.filter_stream import run
 from skyfilter.producers.command import ProduceOptions, produce
 from skyfilter.stream.caps import VisitCaps
+from skyfilter.stream.decode import alert_field_names
 from skyfilter.stream.delivery_lane import DeliveryLane
 from skyfilter.stream.delivery_log import SummaryWriter
 from skyfilter.stream.lane import LaneServices
 from skyfilter.stream.monitoring import StreamMonitor
 from skyfilter.stream.quarantine import without_filter
+from skyfilter.stream.realtime import RealtimeLane
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, PlanCell, build_plan, probe_batch
 from skyfilter.stream.totals import StreamTotals
 
@@ -63,6 +65,19 @@ def _plan_text(frame) -> str:
     return frame._jdf.queryExecution().optimizedPlan().toString()
 
 
+def _observed_columns(node) -> list[str]:
+    """The names of the columns the (first) ``observe`` node of a JVM logical plan is given."""
+    if node.nodeName() == "CollectMetrics":
+        output = node.child().output()
+        return [output.apply(i).name() for i in range(output.size())]
+    children = node.children()
+    for i in range(children.size()):
+        found = _observed_columns(children.apply(i))
+        if found:
+            return found
+    return []
+
+
 def test_the_delivery_query_decodes_once_without_cutouts_and_caches_nothing(spark, planned):
     raw = spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
     rows, _ = planned["lane"].outgoing(raw, 0)
@@ -75,6 +90,23 @@ def test_the_delivery_query_decodes_once_without_cutouts_and_caches_nothing(spar
     executed = rows._jdf.queryExecution().executedPlan().toString()
     assert executed.count("Exchange hashpartitioning(visit_id") == 1, "the caps are one window over each visit"
     assert "ArrowEvalPython" in executed, "all Python filters in one pandas UDF"
+    assert rows.columns == ["topic", "key", "value", "headers"]
+
+
+def test_the_realtime_query_decodes_once_and_observes_no_field_of_the_alert(spark, planned):
+    """Spark's ``observe`` copies every column it is given into its row format: the decoded alert's fields (thousands
+    of nested ones) must be gone before it, the re-encodings already made."""
+    lane = RealtimeLane(planned["lane"].services, spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "5 minutes",
+                        SummaryWriter(planned["plan"].cfg, "unused"))
+    try:
+        lane.take_plan()
+        rows = lane._rows(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
+    finally:
+        lane.close()
+    assert _plan_text(rows).count("from_avro(") == 1, "each alert is decoded once"
+    columns = set(_observed_columns(rows._jdf.queryExecution().optimizedPlan()))
+    assert not columns & set(alert_field_names(planned["plan"].reader_json)), sorted(columns)
+    assert {"_f_snr", "kafka_value"} <= columns and any(c.startswith("_encoded_") for c in columns)
     assert rows.columns == ["topic", "key", "value", "headers"]
 
 

@@ -333,3 +333,12 @@ def test_a_misspelt_key_or_a_wrong_kind_of_value_is_one_line_naming_the_file_and
     path.write_text(f"extends: {ROOT / 'conf' / 'local.yaml'}\nproducer:\n  socket.timeout.ms: 1000\n")
     cfg = Config.load(path, overrides={"stream.trigger": "realtime", "monitoring.port": None})
     assert cfg.stream.trigger == "realtime" and cfg.get("producer")["socket.timeout.ms"] == 1000
+
+
+def test_durations_in_spark_form_and_in_seconds():
+    from skyfilter.stream.triggers import duration, seconds
+
+    assert duration("500ms") == "500 milliseconds" and duration("5m") == "5 minutes" and duration(0) == "0 seconds"
+    assert [seconds(text) for text in ("500ms", "5s", "5", "1m", "5m", "2h")] == [0.5, 5, 5, 60, 300, 7200]
+    with pytest.raises(SkyfilterError, match="is not a duration like 500ms, 5s or 1m"):
+        seconds("five minutes")

@@ -123,6 +123,9 @@ def _lane_lines(lane: str, info: dict | None, checkpoint: Path, topic: str | Non
             unit = "records" if lane == LOG_LANE else "alerts"
             lines.append(f"  {'':<9} Kafka lag {sum(lag.values()):,} {unit} ({parts}); last committed batch "
                          f"{'-' if committed_batch is None else committed_batch}")
+            if lane == "realtime":
+                lines.append(f"  {'':<9} (counted from the last checkpoint: Real-time Mode commits once per "
+                             f"checkpoint interval and delivers what arrived since as it comes)")
         except SkyfilterError as exc:
             lines.append(f"  {'':<9} Kafka lag unknown: {exc}")
     return lines

@@ -119,43 +119,55 @@ def produce_share(producer: Producer, topic: str, source: AlertSource, visit: in
             (f"{remaining} messages not delivered within 120 s" if remaining else "")}
 
 
-def _worker(conf: dict, topic: str, source: AlertSource, share: int, shares: int,
-            schedule: list[tuple[int, float]], results: mp.Queue) -> None:
-    """A producer process: one Producer, its share of every visit at the visit's start time."""
+def _worker(conf: dict, topic: str, source: AlertSource, share: int, shares: int, interval_s: float,
+            clock_start, results: mp.Queue) -> None:
+    """A producer process: its share prepared, then one Producer sending its share of every visit on time."""
     producer = Producer(conf)
     source.prepare(share, shares)
-    for visit, start_at in schedule:
+    results.put(("ready", share))
+    while clock_start.value == 0.0:  # set by the parent once every process is ready
+        time.sleep(0.01)
+    for visit, start_at in _schedule(clock_start.value, source.visits, interval_s):
         time.sleep(max(0.0, start_at - time.time()))
         results.put(("done", produce_share(producer, topic, source, visit, share, shares,
                                            lambda n: results.put(("progress", n)))))
 
 
+def _schedule(began: float, visits: int, interval_s: float) -> list[tuple[int, float]]:
+    """(visit, start time): visit ``k`` starts ``k * interval_s`` after the first, one second after ``began``."""
+    return [(v, began + 1.0 + v * interval_s) for v in range(visits)]
+
+
 def run_producers(conf: dict, topic: str, source: AlertSource, schema_id: int, interval_s: float,
                   processes: int = 1, progress: bool = True, log=print) -> ProduceReport:
-    """Produce every visit of ``source`` with ``processes`` producer processes."""
+    """Produce every visit of ``source`` with ``processes`` producer processes.
+
+    The visits' clock starts once every process has prepared its share
+    (:meth:`AlertSource.prepare`), so the first visit is not late and the next
+    ones do not follow it in a burst.
+    """
     from tqdm import tqdm
 
     report = ProduceReport(topic, schema_id, processes,
                            [VisitReport(v, source.visit_id(v)) for v in range(source.visits)])
-    total = source.visits * source.alerts_per_visit
-    began = time.time()
-    schedule = [(v, began + 1.0 + v * interval_s) for v in range(source.visits)]
-    bar = tqdm(total=total, unit="alert", disable=not progress, desc=f"producing to {topic}")
+    bar = tqdm(total=source.visits * source.alerts_per_visit, unit="alert", disable=not progress,
+               desc=f"producing to {topic}")
     if processes == 1:
         producer = Producer(conf)
         source.prepare(0, 1)
-        for visit, start_at in schedule:
+        began = time.time()
+        for visit, start_at in _schedule(began, source.visits, interval_s):
             time.sleep(max(0.0, start_at - time.time()))
             _record(report, produce_share(producer, topic, source, visit, 0, 1, bar.update), 1, log)
-        bar.close()
     else:
         context = mp.get_context("spawn")
-        results = context.Queue()
-        workers = [context.Process(target=_worker, args=(conf, topic, source, share, processes, schedule, results),
-                                   daemon=True) for share in range(processes)]
+        results, clock_start = context.Queue(), context.Value("d", 0.0)
+        workers = [context.Process(target=_worker, args=(conf, topic, source, share, processes, interval_s,
+                                                         clock_start, results), daemon=True)
+                   for share in range(processes)]
         for worker in workers:
             worker.start()
-        done: dict[int, int] = {}
+        ready, done, began = 0, {}, time.time()
         while len(done) < source.visits or sum(done.values()) < source.visits * processes:
             try:
                 kind, payload = results.get(timeout=5)
@@ -163,14 +175,18 @@ def run_producers(conf: dict, topic: str, source: AlertSource, schema_id: int, i
                 if not any(w.is_alive() for w in workers):
                     raise KafkaException("every producer process exited before finishing") from None
                 continue
-            if kind == "progress":
+            if kind == "ready":
+                ready += 1
+                if ready == processes:
+                    began = clock_start.value = time.time()
+            elif kind == "progress":
                 bar.update(payload)
             else:
                 done[payload["visit"]] = done.get(payload["visit"], 0) + 1
                 _record(report, payload, processes if done[payload["visit"]] == processes else 0, log)
-        bar.close()
         for worker in workers:
             worker.join(30)
+    bar.close()
     report.elapsed = time.time() - began - 1.0
     return report
 

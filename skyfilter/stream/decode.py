@@ -28,6 +28,11 @@ KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timest
 DERIVED_COLUMNS = ["night", "visit_id", "alert_id", "schema_id", "reject_reason"]
 
 
+def alert_field_names(reader_json: str) -> list[str]:
+    """The decoded alert's own top-level columns (the reader schema's fields), beside the Kafka and derived ones."""
+    return [field["name"] for field in json.loads(reader_json)["fields"]]
+
+
 def is_accepted() -> Column:
     """True for rows that decoded into an alert (``reject_reason`` is null)."""
     return F.col("reject_reason").isNull()
@@ -94,7 +99,7 @@ def decode_steps(schemas: InputSchemas, columns: AlertColumns, night_offset_hour
         reason = reason.when(F.col("schema_id") == schema_id, F.lit(why))
     reason = reason.when(F.col("_alert").isNull(), F.lit("Avro body does not decode with its writer schema"))
     flat = select(*KAFKA_COLUMNS, "schema_id", reason.alias("reject_reason"), "_alert.*")
-    alert_fields = [field["name"] for field in json.loads(reader_json)["fields"]]
+    alert_fields = alert_field_names(reader_json)
     # PERMISSIVE from_avro gives a record of nulls for a body it cannot read: no alert id means no alert.
     reject = F.coalesce(F.col("reject_reason"), F.when(F.expr(columns.alert_id).isNull(), F.lit(
         "Avro body does not decode with its writer schema (no alert id)")))

@@ -1,9 +1,10 @@
 """What a delivery batch computes, built once per plan and applied to every batch.
 
 A batch's DataFrame is the same query over new Kafka rows: decode without
-the cutouts, evaluate every filter, name each broker's matched filters,
-observe the batch's figures, apply the per-visit caps, and turn each alert into
-its Kafka rows (``skyfilter/stream/outgoing.py``).  :class:`DeliveryProgram` holds
+the cutouts, evaluate every filter, name each broker's matched filters, make
+the re-encodings the matches need and drop the decoded fields, observe the
+batch's figures, apply the per-visit caps, and turn each alert into its Kafka
+rows (``skyfilter/stream/outgoing.py``).  :class:`DeliveryProgram` holds
 those Column expressions as steps (``skyfilter/stream/steps.py``), so a batch costs a
 few hundred JVM round trips instead of thousands; what earlier batches
 delivered (the caps' memory) comes in as a literal column.  A reload or a
@@ -22,10 +23,17 @@ from pyspark.sql import functions as F
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.filter_loader import FilterSpec
 from skyfilter.stream.caps import VisitCaps, capped, decision_step, match_keys, slim_steps
-from skyfilter.stream.decode import decode_steps, is_accepted
+from skyfilter.stream.decode import alert_field_names, decode_steps, is_accepted
 from skyfilter.stream.filter_eval import PYTHON_COLUMN, REPORT_FIELD, filter_column, filter_steps
-from skyfilter.stream.outgoing import broker_match_step, kafka_row_steps, live_brokers, matched_filters, with_batch_id
-from skyfilter.stream.steps import JvmSteps, Step, apply_steps, observe
+from skyfilter.stream.outgoing import (
+    broker_match_step,
+    encode_step,
+    live_brokers,
+    matched_filters,
+    message_steps,
+    with_batch_id,
+)
+from skyfilter.stream.steps import JvmSteps, Step, apply_steps, drop, observe
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
 
 _observation_ids = itertools.count()
@@ -51,6 +59,17 @@ def evaluate(plan: StreamPlan, raw: DataFrame, brokers: list[BrokerSpec], unknow
              ) -> DataFrame:
     """Kafka rows decoded without cutouts, with each filter's verdict and each broker's matched filters."""
     return apply_steps(raw, evaluate_steps(plan, brokers, unknown_fails))
+
+
+def encode_and_narrow_steps(plan: StreamPlan, brokers: list[BrokerSpec], decided: bool) -> list[Step]:
+    """The brokers' re-encodings made, then the decoded alert's own fields dropped, before a lane observes its figures.
+
+    Spark's ``observe`` (and a shuffle) copies every column it is given into Spark's
+    row format: with the decoded alert's thousands of nested fields still there, that
+    copy cost CPU per alert and a megabyte of generated code per plan.  ``decided``:
+    see :func:`~skyfilter.stream.outgoing.encode_step`.
+    """
+    return [encode_step(brokers, plan.encodings, decided), drop(*alert_field_names(plan.reader_json))]
 
 
 def batch_figures(filters: list[FilterSpec], brokers: list[BrokerSpec], per_visit: bool) -> list[Column]:
@@ -96,13 +115,13 @@ class DeliveryProgram:
     def __init__(self, spark: SparkSession, plan: StreamPlan, brokers: list[BrokerSpec], dead_letters: bool):
         self.brokers = brokers
         self.filters = lane_filters(plan, brokers)
-        evaluate = evaluate_steps(plan, brokers)
+        evaluate = [*evaluate_steps(plan, brokers), *encode_and_narrow_steps(plan, brokers, decided=False)]
         # the caps' slimming step names every column: read them once from an empty batch (only with caps)
         slim = slim_steps(apply_steps(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), evaluate).columns,
                           brokers) if capped(brokers) else []
         self.head = JvmSteps(spark, [*evaluate, observe(*batch_figures(self.filters, brokers, per_visit=True)),
                                      *slim])
-        self.tail = JvmSteps(spark, [decision_step(brokers), *kafka_row_steps(
+        self.tail = JvmSteps(spark, [decision_step(brokers), *message_steps(
             brokers, plan.encodings, plan.deadletter_topic if dead_letters else None, plan.delivery_log_topic,
             writers=plan.inputs.readable)])
 

@@ -210,21 +210,34 @@ def kafka_row_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], d
                     log_topic: str | None, lane: str = "delivery", writers: dict[int, str] | None = None
                     ) -> list[Step]:
     """The steps of :func:`kafka_rows` (after :func:`with_batch_id`), to build once and apply to many batches."""
+    return [encode_step(brokers, encodings),
+            *message_steps(brokers, encodings, deadletter_topic, log_topic, lane, writers)]
+
+
+def encode_step(brokers: list[BrokerSpec], encodings: dict[str, Encoding], decided: bool = True) -> Step:
+    """The first step of :func:`kafka_row_steps`: each re-encoding the alerts need, once per alert.
+
+    ``decided``: only for alerts some broker using it keeps (the ``kept`` columns are
+    set); else, before the caps, for those it matched.  After this step,
+    :func:`message_steps` reads no field of the decoded alert, so a query may drop
+    them (``skyfilter/stream/delivery_program.py`` does, before its ``observe``).
+    """
+    def wanted(slot: int) -> Column:
+        return F.col(kept(slot)) if decided else F.col(matched_filters(slot)).isNotNull()
+
+    return with_columns({
+        name: F.when(any_of([wanted(slot) for slot in users]), encoding.value(F.col(matched_filters(users[0]))))
+        for encoding, (name, users) in _encoded_columns(live_brokers(brokers), encodings).items()})
+
+
+def message_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], deadletter_topic: str | None,
+                  log_topic: str | None, lane: str = "delivery", writers: dict[int, str] | None = None
+                  ) -> list[Step]:
+    """The rest of :func:`kafka_row_steps`: each alert's Kafka rows, exploded into the sink's columns."""
     live = live_brokers(brokers)
-    encoded, values = {}, {}
-    for slot, broker in live:
-        encoding = encodings.get(broker.name)
-        if encoding is None:
-            values[slot] = F.col("kafka_value")
-            continue
-        name = encoded.setdefault(encoding, f"_encoded_{len(encoded)}")
-        values[slot] = F.col(name)
-    users = {name: [slot for slot, b in live if encodings.get(b.name) == encoding]
-             for encoding, name in encoded.items()}
-    with_values = with_columns({
-        name: F.when(any_of([F.col(kept(s)) for s in users[name]]),
-                     encoding.value(F.col(matched_filters(users[name][0]))))
-        for encoding, name in encoded.items()})
+    values = {slot: F.col("kafka_value") for slot, _ in live}
+    for name, users in _encoded_columns(live, encodings).values():
+        values |= {slot: F.col(name) for slot in users}
     went_anywhere = any_of([F.col(kept(slot)) for slot, _ in live])
     keys = {slot: encodings[b.name].key(writers or {}) if b.name in encodings else None for slot, b in live}
     rows = [_broker_message(slot, broker, values[slot], keys[slot]) for slot, broker in live]
@@ -232,7 +245,18 @@ def kafka_row_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], d
         rows.append(_dead_letter(deadletter_topic))
     if log_topic:
         rows.append(_log_record(log_topic, brokers, lane, went_anywhere))
-    return [with_values, select(F.explode(F.array_compact(F.array(*rows))).alias("out")), select("out.*")]
+    return [select(F.explode(F.array_compact(F.array(*rows))).alias("out")), select("out.*")]
+
+
+def _encoded_columns(live: list[tuple[int, BrokerSpec]], encodings: dict[str, Encoding]
+                     ) -> dict[Encoding, tuple[str, list[int]]]:
+    """Each distinct re-encoding of these brokers: its column name and the slots of the brokers using it."""
+    encoded: dict[Encoding, tuple[str, list[int]]] = {}
+    for slot, broker in live:
+        encoding = encodings.get(broker.name)
+        if encoding is not None:
+            encoded.setdefault(encoding, (f"_encoded_{len(encoded)}", []))[1].append(slot)
+    return encoded
 
 
 def match_rows(decided: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-# A DataFrame method and its arguments: ("select", (col, ...)) or ("withColumns", ({name: col},)).
+# A DataFrame method and its arguments: ("select", (col, ...)), ("withColumns", ({name: col},)) or ("drop", names).
 Step = tuple[str, tuple[Any, ...]]
 
 
@@ -27,6 +27,11 @@ def select(*columns: Any) -> Step:
 def with_columns(columns: dict[str, Any]) -> Step:
     """A ``DataFrame.withColumns`` of these named columns (no step at all when there are none)."""
     return "withColumns", (columns,)
+
+
+def drop(*names: str) -> Step:
+    """A ``DataFrame.drop`` of these columns (by name)."""
+    return "drop", names
 
 
 def apply_steps(frame: DataFrame, steps: Sequence[Step]) -> DataFrame:
@@ -62,6 +67,8 @@ class JvmSteps:
                                                 _to_seq(context, columns, _to_java_column))))
             elif method == "select":
                 self.calls.append((method, (_to_seq(context, list(arguments), _to_java_column),)))
+            elif method == "drop":
+                self.calls.append((method, (_to_seq(context, list(arguments)),)))
             elif method == "observe":
                 first, *rest = arguments
                 self.calls.append((method, (first._jc, _to_seq(context, [c._jc for c in rest]))))

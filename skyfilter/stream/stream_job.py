@@ -141,6 +141,7 @@ class StreamJob:
                                   f"realtime {self.triggers.realtime_interval}")
             with _pool(self.spark, "realtime"):
                 self.realtime.warm_up()
+                self.realtime.pass_first_boundary()
                 self.queries["realtime"] = self.realtime.start()
         needs_batches = not realtime or any(realtime_refusal(b, plan) for b in plan.brokers if b.enabled_filters)
         if not needs_batches:

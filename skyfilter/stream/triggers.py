@@ -41,3 +41,9 @@ def duration(text: str) -> str:
         raise SkyfilterError(f"'{text}' is not a duration like 500ms, 5s or 1m")
     unit = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}.get(match[2] or "s", match[2])
     return f"{match[1]} {unit if unit.endswith('s') else unit + 's'}"
+
+
+def seconds(text: str) -> float:
+    """A duration (any form :func:`duration` takes) in seconds."""
+    number, unit = duration(text).split()
+    return float(number) * {"milliseconds": 0.001, "seconds": 1, "minutes": 60, "hours": 3600}[unit]
