@@ -41,26 +41,22 @@ def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
     if options.bootstrap:
         cfg.set("kafka.bootstrap_servers", options.bootstrap)
     check_reachable(cfg)
-    source, schema, interval = alert_source(cfg, options)
-    return send_source(cfg, topic, source, schema, interval, options.processes, options.progress, log)
-
-
-def alert_source(cfg: Config, options: ProduceOptions) -> tuple[AlertSource, dict, float]:
-    """The alerts the options ask for: (source, its writer schema, seconds between visits)."""
     if options.from_paths:
         source = FileSource(options.from_paths)
-        return source, source.schema, options.interval_s or 0.0
-    schema = rubin_schema(options.schema_version or cfg.simulation.schema_version)
-    interval = options.interval_s if options.interval_s is not None else cfg.simulation.interval_s
-    source = SimulatedSource(
-        schema, 0, options.night or current_night(cfg.stream.night_offset_hours),
-        options.visits or cfg.simulation.visits,
-        options.alerts_per_visit or cfg.simulation.alerts_per_visit,
-        seed=options.seed,
-        stamps=cfg.simulation.stamps if options.stamps is None else options.stamps,
-        history_length=cfg.simulation.history_length, interval_s=interval,
-        first_visit=options.first_visit, ahead=options.ahead)
-    return source, schema, interval
+        schema = source.schema
+        interval = options.interval_s or 0.0
+    else:
+        schema = rubin_schema(options.schema_version or cfg.simulation.schema_version)
+        interval = options.interval_s if options.interval_s is not None else cfg.simulation.interval_s
+        source = SimulatedSource(
+            schema, 0, options.night or current_night(cfg.stream.night_offset_hours),
+            options.visits or cfg.simulation.visits,
+            options.alerts_per_visit or cfg.simulation.alerts_per_visit,
+            seed=options.seed,
+            stamps=cfg.simulation.stamps if options.stamps is None else options.stamps,
+            history_length=cfg.simulation.history_length, interval_s=interval,
+            first_visit=options.first_visit, ahead=options.ahead)
+    return send_source(cfg, topic, source, schema, interval, options.processes, options.progress, log)
 
 
 def send_source(cfg: Config, topic: str, source: AlertSource, schema: dict, interval_s: float, processes: int = 1,

@@ -21,9 +21,9 @@ class SimulatedSource(AlertSource):
     """Visits of simulated Rubin alerts, serialized by each producer process itself.
 
     With ``ahead``, a process serializes its share of every visit before the first
-    visit's clock starts (:meth:`prepare`) and then only sends: the telescope's alert
-    production then does not share the cores with the stream while the visits are
-    measured, as the benchmarks' cached visits do not (memory: every alert of the run).
+    visit's clock starts (:meth:`prepare`) and then only sends, as with the benchmarks'
+    cached visits: the simulation's CPU stays out of the visits (memory: every alert
+    of the run).
     """
 
     def __init__(self, schema: dict, schema_id: int, night: str, visits: int, alerts_per_visit: int,

@@ -76,10 +76,12 @@ def capped(brokers: list[BrokerSpec]) -> list[tuple[int, BrokerSpec]]:
 
 
 def slim_steps(columns: list[str], brokers: list[BrokerSpec]) -> list[Step]:
-    """Before the caps' window: null the fields and bytes of alerts no broker matched (when some broker is capped).
+    """Before the caps' window: null the columns (input bytes, verdicts) of alerts no broker matched.
 
-    ``columns`` are the names of the matched alerts' columns; the step does not
-    depend on the batch, so it is built once.
+    Only when some broker is capped; the decoded alert's own fields are already
+    dropped (``skyfilter/stream/delivery_program.py``).  ``columns`` are the names of
+    the matched alerts' columns; the step does not depend on the batch, so it is
+    built once.
     """
     if not capped(brokers):
         return []
