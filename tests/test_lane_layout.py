@@ -127,3 +127,29 @@ def test_a_stopped_archive_process_always_ends_with_what_was_delivered_archived(
     assert child.stop(30) == 0
     assert child.totals.archived == archived, lines
     assert any("catching up with a one-shot run" in line for line in lines) == (how != "--drains"), lines
+
+
+PRIORITY_CHILD = """
+import os
+from pathlib import Path
+group = Path("/proc/self/autogroup")
+print(f"nice {os.nice(0)}; session group: {group.read_text().strip() if group.exists() else 'none'}", flush=True)
+"""
+
+
+def test_the_archive_process_yields_the_cores_to_delivery_across_sessions(tmp_path):
+    """The child runs in a session of its own, which Linux schedules as one group (autogroup): the group itself
+    is niced, else the archive would get half the machine against delivery whatever its nice value."""
+    script = tmp_path / "child.py"
+    script.write_text(PRIORITY_CHILD)
+    lines: list[str] = []
+    child = ArchiveProcess([], nice=10, totals=StreamTotals(), errors_to=tmp_path / "errors.log", log=lines.append)
+    child.command = [sys.executable, str(script)]
+    child.start()
+    assert child.process.wait(30) == 0
+    for relay in child.relays:
+        relay.join(10)
+    said = next(line for line in lines if line.startswith("nice "))
+    assert said.startswith(f"nice {min(os.nice(0) + 10, 19)};"), said
+    if os.path.exists("/proc/self/autogroup"):
+        assert said.endswith(" nice 10"), f"the child's session group keeps its default priority: {said}"

@@ -27,6 +27,25 @@ def launch(command: list[str], pid_file: Path, output: Path, cwd: Path | None = 
     return proc
 
 
+def lower_priority(nice: int) -> None:
+    """Lower the calling process's CPU priority by ``nice`` (0-19), also against processes of other sessions.
+
+    Linux schedules each session as one group (autogroup, on by default): a
+    process's nice value weighs only against its own session.  A child started
+    in a session of its own (``start_new_session``) and merely niced still
+    gets half the machine against its parent's session.  Its session's group
+    gets the same nice value, so the parent's session really comes first
+    (measured: 50/50 with nice alone, 90/10 with the group niced too).
+    """
+    if nice <= 0:
+        return
+    os.nice(nice)
+    try:
+        Path("/proc/self/autogroup").write_text(str(min(nice, 19)))
+    except OSError:
+        pass  # not Linux, or autogroup compiled out: nice alone then governs
+
+
 def running_pid(pid_file: Path, marker: str) -> int | None:
     """The pid recorded in ``pid_file`` if that process runs and its command line contains ``marker``."""
     try:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from skyfilter.core.config import Config
+from skyfilter.core.processes import lower_priority
 from skyfilter.stream.totals import StreamTotals
 
 JOB = "skyfilter.jobs.filter_stream"  # run with python -m: the installed job, wherever the package is
@@ -89,10 +90,9 @@ class ArchiveProcess:
         return self
 
     def _in_child(self) -> None:
-        """In the child before it runs: lower its priority; die with the parent (a killed parent leaves no
-        archive running on its own: the next start would run a second one)."""
-        if self.nice:
-            os.nice(self.nice)
+        """In the child before it runs: lower its priority, its session's included; die with the parent (a
+        killed parent leaves no archive running on its own: the next start would run a second one)."""
+        lower_priority(self.nice)
         if sys.platform.startswith("linux"):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
