@@ -68,7 +68,8 @@ def write_results(folder: Path, name: str, title: str, rows: list[dict], columns
     paths = {kind: folder / f"{name}.{kind}" for kind in ("json", "csv", "md")}
     paths["json"].write_text(json.dumps(info, indent=1, default=str))
     with paths["csv"].open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else [])
+        fields = list(dict.fromkeys(key for row in rows for key in row))  # rows may leave some out
+        writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
     spec = info["machine"]

@@ -11,14 +11,15 @@ One topic of simulated Rubin alerts is produced once, then read by:
   process per filter, each reading and decoding every alert and applying its
   own filter (no output is written: this favours the baseline);
 * Spark's bare read: one Spark job reading the topic with the stream's source
-  options, and nothing else (best of three): what any Spark job pays;
+  options, and nothing else (best of ``--repeats``): what any Spark job pays;
 * skyfilter's delivery lane: ``pipelines/filter_stream.py --lane delivery
   --available-now`` with the same filters as SQL, over 20 brokers;
 * skyfilter's archive lane: ``--lane archive --available-now`` on the same
   topic (every alert, cutouts included, to Delta).
 
 Each is reported as alerts/s (alerts / wall time; a lane's from its first batch
-start to its last batch end) and as ratios to the raw consume rate and to
+start to its last batch end, best of ``--repeats`` fresh streams, as the bare
+read is best of as many jobs) and as ratios to the raw consume rate and to
 Spark's bare read.  Writes ``side_by_side.{json,csv,md,png}``.
 """
 
@@ -40,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--filters", type=int, default=100, help="filters (default 100)")
     parser.add_argument("--brokers", type=int, default=20, help="brokers of the skyfilter run (default 20)")
     parser.add_argument("--consumers", type=int, default=2, help="processes of the raw consumers (default 2: cores)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of Spark's bare read and of each lane, a fresh stream each; the best counts, the "
+                             "first is reported too (default 3)")
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
@@ -73,22 +77,25 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                     {"design": f"one Python process per filter ({args.filters})",
                      **run_consumers(cfg, topic, [(partitions, i) for i in range(args.filters)], schema)}]
             rows.append({"design": "Spark's bare read of the topic (one job)", "processes": 1,
-                         **spark_read(spark, cfg, topic, report.alerts)})
+                         **spark_read(spark, cfg, topic, report.alerts, args.repeats)})
             filters, brokers = write_filter_set(args.state_dir / "filter_sets" / f"side_{args.filters}",
                                                 args.filters, "sql", args.brokers)
             for lane, design in (("delivery", f"skyfilter delivery lane ({args.filters} SQL filters, "
                                               f"{args.brokers} brokers)"),
                                  ("archive", "skyfilter archive lane (Delta, cutouts included)")):
-                name = f"side_{run_id}"
-                totals = run_stream(stream_args(["--topic", topic, "--name", name, "--filters-dir", str(filters),
-                                                 "--brokers", str(brokers), "--available-now", "--lane", lane,
-                                                 "--bootstrap", cfg.bootstrap_servers,
-                                                 "--state-dir", str(args.state_dir)]), spark, lambda line: None)
-                figures = measure(totals) if lane == "delivery" else \
-                    measure_archive(spark, args.state_dir / "delta" / name / "metrics")
-                rows.append({"design": design, "processes": 1, "alerts": figures["alerts"],
-                             "seconds": round(figures["seconds"], 2),
-                             "alerts_per_s": round(figures["alerts_per_s"], 1)})
+                runs = []
+                for attempt in range(args.repeats):  # a fresh stream each time (own name and checkpoints)
+                    name = f"side_{run_id}_{attempt}"
+                    totals = run_stream(stream_args(["--topic", topic, "--name", name, "--filters-dir", str(filters),
+                                                     "--brokers", str(brokers), "--available-now", "--lane", lane,
+                                                     "--bootstrap", cfg.bootstrap_servers,
+                                                     "--state-dir", str(args.state_dir)]), spark, lambda line: None)
+                    runs.append(measure(totals) if lane == "delivery" else
+                                measure_archive(spark, args.state_dir / "delta" / name / "metrics"))
+                best = min(runs, key=lambda figures: figures["seconds"])
+                rows.append({"design": design, "processes": 1, "alerts": best["alerts"],
+                             "seconds": round(best["seconds"], 2), "alerts_per_s": round(best["alerts_per_s"], 1),
+                             "first_s": round(runs[0]["seconds"], 2)})
     limit, bare = rows[0]["alerts_per_s"], rows[3]["alerts_per_s"]
     for row in rows:
         row["x_raw"] = round(row["alerts_per_s"] / limit, 3)
@@ -97,15 +104,17 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     notes = [f"{report.alerts} simulated Rubin alerts ({'with' if args.stamps else 'without'} cutouts, "
              f"{report.bytes / 1e6:,.0f} MB) in one topic of {len(partitions)} partitions.",
              "Raw consumers split the partitions; each per-filter process reads every alert. A lane's time is its "
-             "first batch start to its last batch end (start-up excluded). The delivery lane decodes without the "
+             "first batch start to its last batch end (start-up excluded), best of "
+             f"{args.repeats} fresh streams as Spark's bare read is best of {args.repeats} jobs; 'first run s' is "
+             "the first stream of the driver (code generation and JIT included). The delivery lane decodes without the "
              "cutouts, filters, applies the caps (20 per visit) and writes to Kafka; the archive lane then writes "
              "the same alerts to Delta. They are run one after the other here; in a stream they run side by side.",
              f"Targets: delivery lane >= 0.5x Spark's bare read: {delivery['x_spark']:.2f}x; its ratio to the raw "
              f"consume rate: {delivery['x_raw']:.2f}x; >= 5x the per-filter process design: "
              f"{delivery['alerts_per_s'] / per_filter:.1f}x."]
     columns = [("design", "design"), ("processes", "processes"), ("alerts", "alerts per process"),
-               ("seconds", "wall s"), ("alerts_per_s", "alerts/s"), ("x_raw", "x raw consume"),
-               ("x_spark", "x Spark's bare read")]
+               ("seconds", "wall s"), ("first_s", "first run s"), ("alerts_per_s", "alerts/s"),
+               ("x_raw", "x raw consume"), ("x_spark", "x Spark's bare read")]
     return write_results(args.results, "side_by_side", "Side by side: the consume limit, per-filter processes, "
                          "skyfilter", rows, columns, notes, settings_of(args), args.command, _plot(rows),
                          memory.peaks(), runs_table(args), memory.peak_breakdown())

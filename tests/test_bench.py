@@ -106,11 +106,12 @@ def test_grid_times_producing_and_consuming_per_cell(kafka_cfg, spark, tmp_path,
 
 def test_side_by_side_compares_designs_on_one_topic(kafka_cfg, spark, tmp_path, capsys):
     result = _run(side_by_side, "side_by_side", ["--alerts", "30", "--filters", "3", "--brokers", "2",
-                                                 "--no-stamps"], kafka_cfg, tmp_path, capsys)
+                                                 "--no-stamps", "--repeats", "2"], kafka_cfg, tmp_path, capsys)
     designs = result["results"]
     assert len(designs) == 6 and designs[0]["x_raw"] == 1.0 and designs[3]["x_spark"] == 1.0
     assert [d["alerts"] for d in designs] == [30] * 6  # each per-filter process read every alert
     assert designs[2]["processes"] == 3 and all(d["alerts_per_s"] > 0 for d in designs)
+    assert all(lane["seconds"] <= lane["first_s"] for lane in designs[4:])  # the best of two fresh streams
 
 
 def test_producer_rate_sends_simulated_and_real_alerts(kafka_cfg, spark, tmp_path, capsys):
