@@ -117,12 +117,14 @@ def start_stream(cfg: Config, spark, topic: str, name: str, filters_dir: Path, b
     return stream
 
 
-def register_topic(cfg: Config, topic: str, schema: dict, partitions: int | None = None) -> int:
-    """Create ``topic`` and register its schema before the stream starts; returns the schema id."""
+def register_topic(cfg: Config, topic: str, schema: dict, partitions: int | None = None,
+                   settings: dict[str, str] | None = None) -> int:
+    """Create ``topic`` (with extra topic ``settings``) and register its schema before the stream starts;
+    returns the schema id."""
     from skyfilter.core.kafka_clients import act_as
     from skyfilter.core.registry import open_registry, subject_for
     from skyfilter.core.topics import ensure_topics
 
     producer_cfg = act_as(cfg, "producer")
-    ensure_topics(producer_cfg, {topic: partitions or cfg.topics.alerts_partitions})
+    ensure_topics(producer_cfg, {topic: partitions or cfg.topics.alerts_partitions}, settings)
     return open_registry(producer_cfg).register(subject_for(topic), schema, same_alerts=True)

@@ -4,8 +4,9 @@
                               [--stretch 2000,5000,10000,20000]
 
 ``--minutes`` simulated minutes of visits of ``--alerts-per-visit`` alerts
-every ``--visit-seconds``.  ``--time-scale f`` keeps the rate but divides both
-the visit size and the interval by f, so the run lasts minutes/f real minutes.
+every ``--visit-seconds``.  ``--time-scale f`` keeps the rate but divides
+the visit size, the interval and the per-visit cap by f, so the run lasts minutes/f real
+minutes and brokers receive Rubin's rate of messages.
 The stream runs both lanes (delivery trigger ``--trigger``, 0 by default); the
 resident memory of the driver (JVM, executor and Python workers) and of Kafka
 is sampled every second, and each lane's lag (alerts produced but not yet
@@ -46,8 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--format", default="full", choices=["full", "nocutouts", "lite"],
                         help="the brokers' format (default full)")
     parser.add_argument("--cap", default="20", help="alerts per visit and broker, or none (default 20, Rubin's; "
-                                                    "realtime serves only none)")
+                                                    "divided by --time-scale, as the visit; realtime serves only none)")
     parser.add_argument("--cached-visits", type=int, default=5, help="distinct visits simulated, then cycled (5)")
+    parser.add_argument("--retention-minutes", type=float,
+                        help="keep each night's input in Kafka only this long, as a telescope's alert topic would "
+                             "(Kafka deletes older segments; the archive keeps every alert); default: the topics' "
+                             "configured retention. Long runs need it to fit on one disk")
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
@@ -68,14 +73,16 @@ def night(cfg, spark, args, schema: dict, alerts_per_visit: int, minutes: float,
                            progress=not args.quiet)
     topic, name = f"bench.sustained.{run_id}.{label}", f"sustained_{run_id}_{label}"
     filters, brokers = write_filter_set(args.state_dir / "filter_sets" / f"sustained_{args.filters}",
-                                        args.filters, "sql", args.brokers, args.format, cap_value(args.cap))
-    register_topic(cfg, topic, schema)
+                                        args.filters, "sql", args.brokers, args.format,
+                                        scaled_cap(cap_value(args.cap), args.time_scale))
+    register_topic(cfg, topic, schema, settings=retention_settings(args.retention_minutes))
+    check_disk(args.state_dir, cached, visits * per_visit, args.retention_minutes, per_visit / interval)
     trigger = args.trigger if args.trigger == "realtime" else f"{args.trigger}s"
     stream = start_stream(cfg, spark, topic, name, filters, brokers, trigger)
     began = time.time()
     reports: list = []
     producer = threading.Thread(target=lambda: reports.append(send_source(
-        cfg, topic, CachedSource(cached, visits), schema, interval, args.producers, False, lambda line: None)))
+        cfg, topic, CachedSource(cached, visits, schema), schema, interval, args.producers, False, lambda line: None)))
     producer.start()
     try:
         producer.join()
@@ -121,8 +128,52 @@ def _delivered(spark, matches, visits) -> list[tuple[float, int]]:
     return [(end, visit.alerts) for end, visit in zip(ends, sorted(visits, key=lambda v: v.finish), strict=False)]
 
 
+def retention_settings(minutes: float | None) -> dict[str, str]:
+    """Topic settings that keep about ``minutes`` of input: segments roll every quarter of it, so Kafka can delete
+    them (its retention check runs every minute, ``conf/kafka/server.properties``)."""
+    if minutes is None:
+        return {}
+    millis = int(minutes * 60_000)
+    return {"retention.ms": str(millis), "segment.ms": str(max(10_000, millis // 4))}
+
+
+def check_disk(state_dir: Path, cached: Path, alerts: int, retention_minutes: float | None, rate: float,
+               spare_gb: float = 5.0) -> None:
+    """Refuse, in one line, a night whose data would not fit on the disk of ``state_dir``.
+
+    The Delta archive keeps every alert (about its message size each) and Kafka the input
+    for its retention; the size per alert is the cached visits' own.
+    """
+    import shutil
+
+    from skyfilter.core.errors import SkyfilterError
+
+    per_alert = cached.stat().st_size / max(1, _cached_alerts(cached))
+    in_kafka = alerts if retention_minutes is None else min(alerts, rate * (retention_minutes + 2) * 60)
+    needed_gb = per_alert * (alerts + in_kafka) / 1e9
+    free_gb = shutil.disk_usage(state_dir).free / 1e9
+    if needed_gb + spare_gb > free_gb:
+        raise SkyfilterError(f"this night needs about {needed_gb:,.0f} GB under {state_dir} (the archive keeps "
+                             f"{alerts:,} alerts, Kafka {in_kafka:,.0f}) and {free_gb:,.0f} GB are free: shorten "
+                             f"it, or keep less in Kafka (--retention-minutes)")
+
+
+def _cached_alerts(cached: Path) -> int:
+    from bench.alert_cache import CachedSource
+
+    source = CachedSource(cached)
+    return source.cached_visits * source.alerts_per_visit
+
+
+def scaled_cap(cap: int | None, time_scale: float) -> int | None:
+    """The per-visit cap of a time-scaled night: divided like the visit, so brokers receive Rubin's rate of
+    messages (20 per 39 s visit), not ``time_scale`` times it."""
+    return None if cap is None else max(1, round(cap / time_scale))
+
+
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
+    from bench.filter_sets import cap_value
     from bench.harness import bench_kafka, bench_schema, bench_spark, driver_and_kafka
     from bench.report import write_results
 
@@ -146,8 +197,12 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     notes = [f"Main run: {args.minutes:g} simulated minutes of {args.alerts_per_visit} alerts per "
              f"{args.visit_seconds:g} s visit, time-scaled by {args.time_scale:g} (visit size and interval divided), "
              f"simulated Rubin alerts {'with' if args.stamps else 'without'} cutouts ({args.cached_visits} distinct "
-             f"visits cycled), {args.filters} SQL filters over {args.brokers} brokers (format {args.format}, cap "
-             f"{args.cap}), delivery trigger {args.trigger}, the archive lane beside it.",
+             f"visits cycled, each under its own visit id), {args.filters} SQL filters over {args.brokers} brokers "
+             f"(format {args.format}, cap {args.cap} per visit and broker: "
+             f"{scaled_cap(cap_value(args.cap), args.time_scale)} per time-scaled visit), delivery trigger "
+             f"{args.trigger}, the archive lane beside it" + (
+                 f"; Kafka kept each night's input {args.retention_minutes:g} minutes (the archive keeps it all)."
+                 if args.retention_minutes is not None else "."),
              "Lag: alerts produced (visit acknowledged) minus alerts delivered (delivery batch acknowledged) or "
              "archived (archive batch committed), at every event. Growth: its least-squares slope over the second "
              "half of the sending window. Kept up: neither lag grows (slope <= 5% of the offered rate). Latency: "

@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         "filters", help="check filters, try one on sample alerts, or show their states in a stream",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="check [FOLDER]   check every *.sql and *.py filter of a folder with the stream's own checks\n"
-                    "                 (Spark's parser and analyzer): one line per problem, exit 1 when any.\n"
+                    "                 (Spark's parser and analyzer): one line per problem, exit 1 when any;\n"
+                    "                 a note for a Python filter naming a whole record (costly to pass).\n"
                     "test NAME        run one filter over sample Avro files (--sample) or an archived night\n"
                     "                 (--night): alerts scanned, matched, match rate, time per alert\n"
                     "                 (p50/p90/p99) and the first matches.\n"
@@ -244,13 +245,13 @@ def cmd_filters(args: argparse.Namespace) -> int:
         return filters_status(cfg, args)
     if args.action == "test":
         return filters_test(cfg, args)
-    from skyfilter.stream.filter_tools import check_filters, schema_for_check
+    from skyfilter.stream.filter_tools import check_filters, cost_notes, schema_for_check
 
     folder = Path(args.target) if args.target else cfg.path("stream.filters_dir")
     described, schema = schema_for_check(cfg, args.topic, args.schema)
     valid, problems = check_filters(cfg, folder, schema)
-    for problem in problems:
-        print(problem)
+    for line in [*problems, *cost_notes(cfg, valid, schema)]:
+        print(line)
     print(f"{len(valid)} filter(s) OK, {len(problems)} problem(s) in {folder} against {described}")
     return 1 if problems else 0
 

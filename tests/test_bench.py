@@ -7,19 +7,28 @@ memory, and appends one row to its ``bench_runs`` Delta table.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
+import fastavro
+import pytest
+
+from bench.alert_cache import CachedSource, cached_visits
 from bench.catch_up import main as catch_up
 from bench.filter_scaling import main as filter_scaling
 from bench.grid import main as grid
 from bench.producer_rate import main as producer_rate
 from bench.side_by_side import main as side_by_side
 from bench.stages import main as stages
+from bench.sustained import check_disk, retention_settings, scaled_cap
 from bench.sustained import main as sustained
 from bench.trigger_sweep import main as trigger_sweep
 from bench.visit_burst import main as visit_burst
 from conftest import DATA
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.wire import HEADER_SIZE
 
 
 def _run(main, name: str, options: list[str], kafka_cfg, tmp_path: Path, capsys) -> dict:
@@ -160,3 +169,36 @@ def test_lag_growth_is_flat_when_kept_up_and_the_deficit_when_not():
     behind = [{"t": t, "lag": 30 * t} for t in range(0, 41)]
     assert abs(lag_growth(steady, 40)) < 1.0
     assert lag_growth(behind, 40) == 30.0
+
+
+def test_a_cycled_cached_visit_is_moved_to_the_visit_it_is_sent_as(tmp_path):
+    schema = rubin_schema("10.0")
+    cache = cached_visits(tmp_path, schema, 2, 3, stamps=False, progress=False)
+    source = CachedSource(cache, 5, schema)
+    parsed = fastavro.parse_schema(schema)
+
+    def sent(visit: int) -> list[tuple[bytes, dict]]:
+        return [(key, fastavro.schemaless_reader(io.BytesIO(value[HEADER_SIZE:]), parsed))
+                for key, value in source.messages(visit, 0, 1)]
+
+    first, fifth = sent(0), sent(4)  # visit 4 replays cached visit 0, four visits later
+    for (key, alert), (moved_key, moved) in zip(first, fifth, strict=True):
+        assert moved["diaSource"]["visit"] == alert["diaSource"]["visit"] + 4
+        assert moved["diaSourceId"] == moved["diaSource"]["diaSourceId"] == alert["diaSourceId"] + 4 * 100000
+        assert moved_key == str(moved["diaSourceId"]).encode() and key == str(alert["diaSourceId"]).encode()
+        assert {**moved, "diaSourceId": 0, "diaSource": {**moved["diaSource"], "visit": 0, "diaSourceId": 0}} == \
+               {**alert, "diaSourceId": 0, "diaSource": {**alert["diaSource"], "visit": 0, "diaSourceId": 0}}
+    assert [a["diaSource"]["visit"] for _, a in sent(1)] == [a["diaSource"]["visit"] - 2 for _, a in sent(3)]
+
+
+def test_a_time_scaled_night_scales_the_per_visit_cap_with_the_visit():
+    assert [scaled_cap(20, 10), scaled_cap(20, 1), scaled_cap(1, 10), scaled_cap(None, 10)] == [2, 20, 1, None]
+
+
+def test_a_long_night_keeps_its_input_for_the_retention_asked_and_is_refused_when_the_disk_is_too_small(tmp_path):
+    assert retention_settings(None) == {}
+    assert retention_settings(4) == {"retention.ms": "240000", "segment.ms": "60000"}
+    cache = cached_visits(tmp_path, rubin_schema("10.0"), 1, 4, stamps=False, progress=False)
+    check_disk(tmp_path, cache, 1000, 3, 256.0)  # a few MB: fits
+    with pytest.raises(SkyfilterError, match=r"GB are free: shorten it, or keep less in Kafka"):
+        check_disk(tmp_path, cache, 10**12, None, 256.0)

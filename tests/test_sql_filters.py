@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import write_files
+from conftest import ROOT, write_files
 from skyfilter.core.config import Config
-from skyfilter.stream.filter_tools import check_filters, schema_for_check
+from skyfilter.stream.filter_tools import check_filters, cost_notes, schema_for_check
 
 REFUSED = {
     "several_statements.sql": ("SELECT diaSource.ra FROM alerts WHERE diaSource.snr > 5;\nDROP TABLE alerts", 2,
@@ -91,3 +91,21 @@ def test_full_form_keeps_condition_and_selected_columns(spark, tmp_path, rubin_s
                                        ("decl", "diaSource.dec"),
                                        ("snr_psf", "diaSource.psfFlux / diaSource.psfFluxErr"))
     assert by_name["bare"].condition == "diaSource.snr > 50" and by_name["bare"].selects == ()
+
+
+def test_a_python_filter_naming_a_whole_history_gets_a_cost_note(spark, tmp_path, rubin_schema_json):
+    decorator = "from skyfilter import alert_filter\n\n\n@alert_filter(columns={columns})\n"
+    folder = write_files(tmp_path, {
+        "whole.py": decorator.format(columns='["diaSource.psfFlux", "prvDiaSources", "diaSource"]')
+        + "def whole(flux, history, source):\n    return flux > 0\n",
+        "fields.py": decorator.format(columns='["diaSource.psfFlux", "prvDiaSources.psfFlux"]')
+        + "def fields(flux, history_flux):\n    return flux > 0\n",
+    })
+    valid, problems = check_filters(Config.load(), folder, rubin_schema_json)
+    assert problems == [] and len(valid) == 2
+    notes = cost_notes(Config.load(), valid, rubin_schema_json)
+    assert [note.split(": note: ")[0] for note in notes] == [f"{folder}/whole.py:4"] * 2, notes
+    assert "'prvDiaSources' hands the filter all" in notes[0] and "of each entry of the array" in notes[0]
+    assert "'diaSource' hands the filter all" in notes[1] and "of the record" in notes[1]
+    shipped, _ = check_filters(Config.load(), ROOT / "filters", rubin_schema_json)
+    assert cost_notes(Config.load(), shipped, rubin_schema_json) == []

@@ -28,7 +28,7 @@ from skyfilter.core.avro_schemas import (
 from skyfilter.core.brokers import load_brokers
 from skyfilter.core.config import Config, parse_overrides
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.filter_loader import load_filters
+from skyfilter.core.filter_loader import filter_function, load_filters
 from skyfilter.core.registry import ConfluentRegistry
 from skyfilter.core.wire import WireFormatError, frame, unframe
 from skyfilter.producers.simulate import AlertSimulator
@@ -89,6 +89,33 @@ def test_repository_filters_load():
     specs, problems = load_filters(ROOT / "filters")
     assert not problems
     assert {s.kind for s in specs} == {"sql", "python"}
+
+
+def test_fast_riser_on_history_arrays_matches_its_definition():
+    """The shipped Python filter, given history fields as arrays (as Spark passes them), against its meaning."""
+    spec = next(s for s in load_filters(ROOT / "filters")[0] if s.name == "fast_riser")
+    simulator = AlertSimulator(rubin_schema("10.0"), "2026-11-20", seed=3, stamps=False)
+    alerts = [simulator.alert(simulator.visit(v), i) for v in range(4) for i in range(500)]
+    alerts[0]["prvDiaSources"] = []
+    alerts[1]["prvDiaSources"] = None
+    alerts[2]["diaSource"]["psfFlux"], alerts[2]["prvDiaSources"] = 1000.0, [
+        {**alerts[2]["diaSource"], "psfFlux": 300.0, "midpointMjdTai": alerts[2]["diaSource"]["midpointMjdTai"] - 1}]
+
+    def expected(alert: dict) -> bool:
+        now = alert["diaSource"]
+        recent = [s["psfFlux"] for s in alert["prvDiaSources"] or []
+                  if 0 < now["midpointMjdTai"] - s["midpointMjdTai"] < 5 and s["psfFlux"] and s["psfFlux"] > 0]
+        return bool(recent) and now["psfFlux"] > 2.5 * max(recent)
+
+    def history(field: str) -> pd.Series:
+        return pd.Series([None if a["prvDiaSources"] is None else
+                          np.array([s[field] for s in a["prvDiaSources"]], dtype=float) for a in alerts])
+
+    verdicts = filter_function(spec)(pd.Series([a["diaSource"]["psfFlux"] for a in alerts], dtype=float),
+                                     pd.Series([a["diaSource"]["midpointMjdTai"] for a in alerts]),
+                                     history("psfFlux"), history("midpointMjdTai"))
+    assert list(verdicts) == [expected(a) for a in alerts]
+    assert verdicts[2] and 1 < sum(verdicts) < len(alerts)
 
 
 def test_brokers_file_defaults_and_errors(tmp_path):
