@@ -209,3 +209,51 @@ def test_a_batch_replays_the_query_built_once_per_plan(spark, planned, monkeypat
     finally:
         lane.cell.update(lambda plan: before)
         lane.take_plan()
+
+
+def test_a_later_batch_replays_the_analysed_plan_with_its_own_rows_id_and_caps(kafka_cfg, spark, planned,
+                                                                              monkeypatch):
+    """The warm-up's plan, analysed once, serves the stream's batches: the same Kafka rows, figures and cap
+    decisions as a plan built and analysed for the batch, at a few dozen JVM calls instead of an analysis."""
+    from skyfilter.core.kafka_clients import spark_source_options
+    from skyfilter.stream.delivery_program import DeliveryProgram
+
+    plan = planned["plan"]
+    raw = spark.read.format("kafka").options(**spark_source_options(kafka_cfg)).option("subscribe", TOPIC).load()
+    rows, observation = DeliveryProgram(spark, plan, plan.brokers, True).apply(raw, 0, VisitCaps())
+    rows.write.format("noop").mode("overwrite").save()
+    visit, night = min(v.split(":") for v in observation.get["visits"])
+    replayed = DeliveryProgram(spark, plan, plan.brokers, dead_letters=True)
+    replayed.apply(probe_batch(spark, plan, alerts=3), -1, VisitCaps())[0].count()
+    template = replayed._template
+    assert template is not None, "the warm-up's batch leaves a template"
+    caps = VisitCaps()
+    caps.restore([(night, int(visit), "p_full", 3)])  # an earlier batch sent 3 of p_full's 5 for this visit
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # as in a streaming query's batches
+    try:
+        for batch_id, batch in ((5, raw.where("offset < 0")), (6, raw)):
+            calls = _round_trips(monkeypatch, lambda b=batch, i=batch_id: replayed.apply(b, i, caps))
+            assert calls < 200, f"{calls} JVM calls to replay the plan"
+            rows, observation = replayed.apply(batch, batch_id, caps)
+            built, built_observation = DeliveryProgram(spark, plan, plan.brokers, True).apply(batch, batch_id, caps)
+            assert replayed._template is template, "replayed, not built again"
+            assert _kafka_rows(rows) == _kafka_rows(built)
+            assert _figures(observation.get) == _figures(built_observation.get)
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
+    logged = [json.loads(r.value) for r in rows.collect() if r.topic == plan.delivery_log_topic]
+    assert logged and {record["batch_id"] for record in logged} == {6}
+    to_full = [r for r in logged if r["visit_id"] == int(visit) and "p_full" in {b["broker"] for b in r["brokers"]}]
+    assert 0 < len(to_full) <= 2, "3 of p_full's 5 were already sent for this visit"
+
+
+def _kafka_rows(frame) -> list[tuple]:
+    return sorted((r.topic, r.key, r.value, str(r.headers)) for r in frame.collect())
+
+
+def _figures(observed: dict) -> dict:
+    """A batch's observed figures, without what depends on the order tasks finish in or on time taken."""
+    figures = {k: sorted(map(str, v)) if isinstance(v, list) else v for k, v in observed.items()
+               if k != "python_reports"}
+    figures["match_keys"] = sorted((observed.get("match_keys") or "").split(","))
+    return figures

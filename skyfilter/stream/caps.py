@@ -144,11 +144,15 @@ class VisitCaps:
 
     def with_delivered_before(self, frame: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
         """``frame`` with the column :func:`decision_step` reads: what earlier batches delivered, per visit."""
-        with_cap = capped(brokers)
-        return frame.withColumn(DELIVERED_BEFORE, F.lit(self._already_json(with_cap))) if with_cap else frame
+        already = self.delivered_before(brokers)
+        return frame if already is None else frame.withColumn(DELIVERED_BEFORE, F.lit(already))
 
-    def _already_json(self, with_cap: list[tuple[int, BrokerSpec]]) -> str:
-        """Per visit, what each capped broker (in order) already received: a JSON map folded into the plan."""
+    def delivered_before(self, brokers: list[BrokerSpec]) -> str | None:
+        """Per visit, what each capped broker (in order) already received: the JSON map the plan holds as a literal
+        (None when no broker is capped)."""
+        with_cap = capped(brokers)
+        if not with_cap:
+            return None
         names = [b.name for _, b in with_cap]
         visits = {visit for (_, visit) in self.delivered}
         return json.dumps({str(v): [self.delivered.get((n, v), 0) for n in names] for v in sorted(visits)})

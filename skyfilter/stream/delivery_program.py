@@ -22,10 +22,11 @@ from pyspark.sql import functions as F
 
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.filter_loader import FilterSpec
-from skyfilter.stream.caps import VisitCaps, capped, decision_step, match_keys, slim_steps
+from skyfilter.stream.caps import DELIVERED_BEFORE, VisitCaps, capped, decision_step, match_keys, slim_steps
 from skyfilter.stream.decode import alert_field_names, decode_steps, is_accepted
 from skyfilter.stream.filter_eval import PYTHON_COLUMN, REPORT_FIELD, filter_column, filter_steps
 from skyfilter.stream.outgoing import (
+    BATCH_ID_COLUMN,
     broker_match_step,
     encode_step,
     live_brokers,
@@ -33,6 +34,7 @@ from skyfilter.stream.outgoing import (
     message_steps,
     with_batch_id,
 )
+from skyfilter.stream.plan_template import PlanTemplate
 from skyfilter.stream.steps import JvmSteps, Step, apply_steps, drop, observe
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
 
@@ -124,10 +126,25 @@ class DeliveryProgram:
         self.tail = JvmSteps(spark, [decision_step(brokers), *message_steps(
             brokers, plan.encodings, plan.deadletter_topic if dead_letters else None, plan.delivery_log_topic,
             writers=plan.inputs.readable)])
+        self._template: PlanTemplate | None = None
 
     def apply(self, raw: DataFrame, batch_id: int, caps: VisitCaps) -> tuple[DataFrame, Observation]:
-        """The Kafka rows of a batch of input rows, and the observation that will hold its figures."""
+        """The Kafka rows of a batch of input rows, and the observation that will hold its figures.
+
+        The first batch's query is built and analysed; later batches replay it on their rows
+        (:class:`~skyfilter.stream.plan_template.PlanTemplate`), with their id and the caps' memory.
+        """
+        values = {BATCH_ID_COLUMN: str(batch_id), DELIVERED_BEFORE: caps.delivered_before(self.brokers)}
+        if self._template is not None:
+            try:
+                replayed = self._template.apply(raw, values)
+            except Exception:  # noqa: BLE001 - a plan Spark would not take: build this batch as the first one
+                replayed = self._template = None
+            if replayed is not None and replayed[1] is not None:
+                return replayed
         observation = Observation(f"delivery_{next(_observation_ids)}")
         observed = self.head.apply(raw, observation)
         decided = caps.with_delivered_before(with_batch_id(observed, batch_id), self.brokers)
-        return self.tail.apply(decided), observation
+        rows = self.tail.apply(decided)
+        self._template = PlanTemplate.of(rows, raw, tuple(values))
+        return rows, observation

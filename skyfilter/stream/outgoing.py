@@ -203,7 +203,7 @@ def kafka_rows(decided: DataFrame, brokers: list[BrokerSpec], encodings: dict[st
 
 def with_batch_id(decided: DataFrame, batch_id: int) -> DataFrame:
     """The column :func:`kafka_row_steps` reads the batch id of the delivery-log records from."""
-    return decided.withColumn(BATCH_ID_COLUMN, F.lit(batch_id).cast("long"))
+    return decided.withColumn(BATCH_ID_COLUMN, F.lit(str(batch_id)).cast("long"))
 
 
 def kafka_row_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], deadletter_topic: str | None,
