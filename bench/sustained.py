@@ -15,6 +15,12 @@ runs a short night (``--stretch-minutes``) per visit size, smallest first, to
 find the largest visit size still kept up with (Rubin's stretch goal: 100,000
 per visit).  Kept up: neither lag grows (its slope over the second half of the
 night is at most 5% of the offered rate).
+
+A night at Rubin's rate writes about 0.13 GB per thousand alerts to the Delta archive
+and as much to Kafka: ``--retention-minutes`` keeps only that long of the input in Kafka
+(as a telescope's alert topic would), each night's data is deleted once its figures are
+taken (``--keep-nights`` keeps it), and a night that would not fit on the disk is
+refused before it starts.
 Writes ``sustained.{json,csv,md,png}``.
 """
 
@@ -49,6 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cap", default="20", help="alerts per visit and broker, or none (default 20, Rubin's; "
                                                     "divided by --time-scale, as the visit; realtime serves only none)")
     parser.add_argument("--cached-visits", type=int, default=5, help="distinct visits simulated, then cycled (5)")
+    parser.add_argument("--keep-nights", action="store_true",
+                        help="keep each measured night's Delta tables, checkpoints and input topic (by default they "
+                             "are deleted once its figures are taken: a long night holds tens of GB, and the next "
+                             "needs the disk)")
     parser.add_argument("--retention-minutes", type=float,
                         help="keep each night's input in Kafka only this long, as a telescope's alert topic would "
                              "(Kafka deletes older segments; the archive keeps every alert); default: the topics' "
@@ -128,6 +138,21 @@ def _delivered(spark, matches, visits) -> list[tuple[float, int]]:
     return [(end, visit.alerts) for end, visit in zip(ends, sorted(visits, key=lambda v: v.finish), strict=False)]
 
 
+def drop_night(cfg, state_dir: Path, name: str, topic: str) -> None:
+    """Delete a measured night's Delta tables, checkpoints, input topic and the topics named after it (dead letters,
+    delivery log); its figures are taken."""
+    import shutil
+
+    from skyfilter.core.topics import admin_client
+
+    for folder in ("delta", "checkpoints"):
+        shutil.rmtree(state_dir / folder / name, ignore_errors=True)
+    admin = admin_client(cfg)  # held until the deletion is done: a collected client cancels it
+    topics = [t for t in admin.list_topics(timeout=30).topics if t == topic or t.startswith(f"{topic}.")]
+    for future in admin.delete_topics(topics, operation_timeout=30).values():
+        future.result(60)
+
+
 def retention_settings(minutes: float | None) -> dict[str, str]:
     """Topic settings that keep about ``minutes`` of input: segments roll every quarter of it, so Kafka can delete
     them (its retention check runs every minute, ``conf/kafka/server.properties``)."""
@@ -182,10 +207,13 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         schema = bench_schema(cfg)
         spark = bench_spark("skyfilter-bench-sustained", args.trigger, cfg.topics.alerts_partitions)
         with driver_and_kafka(spark, cluster, 1.0) as memory:
-            runs = [night(cfg, spark, args, schema, args.alerts_per_visit, args.minutes, "main", run_id, memory)]
-            for size in [int(v) for v in args.stretch.split(",") if v.strip()]:
-                runs.append(night(cfg, spark, args, schema, size, args.stretch_minutes, f"stretch{size}", run_id,
-                                  memory))
+            nights = [(args.alerts_per_visit, args.minutes, "main")] + [
+                (int(v), args.stretch_minutes, f"stretch{int(v)}") for v in args.stretch.split(",") if v.strip()]
+            runs = []
+            for size, minutes, label in nights:
+                runs.append(night(cfg, spark, args, schema, size, minutes, label, run_id, memory))
+                if not args.keep_nights:
+                    drop_night(cfg, args.state_dir, f"sustained_{run_id}_{label}", f"bench.sustained.{run_id}.{label}")
     columns = [("run", "run"), ("alerts_per_visit", "alerts/visit"), ("visit_s", "visit every s"),
                ("visits", "visits"), ("alerts", "alerts"), ("offered_per_s", "offered alerts/s"),
                ("delivery_max_lag", "delivery max lag"), ("delivery_growth", "delivery lag growth /s"),

@@ -28,6 +28,7 @@ from bench.visit_burst import main as visit_burst
 from conftest import DATA
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.topics import admin_client
 from skyfilter.core.wire import HEADER_SIZE
 
 
@@ -100,6 +101,8 @@ def test_sustained_follows_both_lanes_lag_and_memory(kafka_cfg, spark, tmp_path,
     assert (main["alerts_per_visit"], main["visits"], main["alerts"]) == (10, 3, 30)
     assert main["delivery_max_lag"] >= 10 and main["archive_max_lag"] >= 10
     assert main["driver_peak_mb"] > 100 and isinstance(main["kept_up"], bool)
+    assert not list((tmp_path / "state" / "delta").glob("sustained_*")), "a measured night's tables are deleted"
+    assert not [t for t in admin_client(kafka_cfg).list_topics(timeout=10).topics if t.startswith("bench.sustained.")]
 
 
 def test_grid_times_producing_and_consuming_per_cell(kafka_cfg, spark, tmp_path, capsys):
