@@ -247,6 +247,22 @@ def test_a_later_batch_replays_the_analysed_plan_with_its_own_rows_id_and_caps(k
     assert 0 < len(to_full) <= 2, "3 of p_full's 5 were already sent for this visit"
 
 
+def test_the_caps_memory_sits_in_the_plan_once_whatever_the_capped_brokers(spark, planned):
+    """What earlier batches delivered is looked up once per alert: a night's map of visits in the plan once per
+    capped broker would grow every batch's task binary with each visit (measured: 8.6 MiB at 3,000 visits and
+    20 capped brokers)."""
+    from dataclasses import replace
+
+    from skyfilter.stream.delivery_program import DeliveryProgram
+
+    plan = planned["plan"]
+    all_capped = [replace(b, max_alerts_per_visit=5) for b in plan.brokers]
+    caps = VisitCaps()
+    caps.restore([("2026-11-10", 7, b.name, 1) for b in all_capped])
+    rows, _ = DeliveryProgram(spark, plan, all_capped, True).apply(probe_batch(spark, plan, alerts=3), 3, caps)
+    assert _plan_text(rows).count("map(keys: [") == 1
+
+
 def _kafka_rows(frame) -> list[tuple]:
     return sorted((r.topic, r.key, r.value, str(r.headers)) for r in frame.collect())
 

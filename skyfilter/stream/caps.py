@@ -27,9 +27,10 @@ from pyspark.sql import functions as F
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.stream.decode import is_accepted
 from skyfilter.stream.outgoing import any_match, keep_every_match_step, kept, live_brokers, matched_filters
-from skyfilter.stream.steps import Step, apply_steps, select, with_columns
+from skyfilter.stream.steps import Step, apply_steps, drop, select, with_columns
 
 DELIVERED_BEFORE = "_delivered_before"  # per visit, what each capped broker received in earlier batches (JSON)
+SENT_BEFORE = "_sent_before"  # this alert's visit's entry of it: what each capped broker received before
 RECENT_NIGHTS = 2  # a visit never spans more than this many nights: older counts are forgotten
 
 
@@ -92,15 +93,18 @@ def slim_steps(columns: list[str], brokers: list[BrokerSpec]) -> list[Step]:
                      else F.when(needed, F.col(f"`{c}`")).alias(c) for c in columns])]
 
 
-def decision_step(brokers: list[BrokerSpec]) -> Step:
-    """The step adding the ``kept`` columns, after :func:`slim_steps` and :meth:`VisitCaps.with_delivered_before`.
+def decision_steps(brokers: list[BrokerSpec]) -> list[Step]:
+    """The steps adding the ``kept`` columns, after :func:`slim_steps` and :meth:`VisitCaps.with_delivered_before`.
 
-    What earlier batches delivered comes in a column, so the step itself does
-    not depend on the batch and is built once.
+    What earlier batches delivered comes in a column, so the steps do not
+    depend on the batch and are built once.  Each alert's entry of that map is
+    looked up once, into a column of its own: every capped broker reads it, and
+    a night's map (a few dozen bytes per visit) would otherwise sit in the plan
+    once per broker, growing every batch's task binary as the night goes on.
     """
     with_cap = capped(brokers)
     if not with_cap:
-        return keep_every_match_step(brokers)
+        return [keep_every_match_step(brokers)]
     in_visit = (Window.partitionBy("visit_id").orderBy(F.length("alert_id"), "alert_id")
                 .rowsBetween(Window.unboundedPreceding, Window.currentRow))
     already = F.try_element_at(F.from_json(F.col(DELIVERED_BEFORE), "map<string,array<int>>"),
@@ -109,11 +113,11 @@ def decision_step(brokers: list[BrokerSpec]) -> Step:
     for position, (slot, broker) in enumerate(with_cap):
         is_match = F.col(matched_filters(slot)).isNotNull()
         so_far = F.count_if(is_match).over(in_visit)
-        sent = F.coalesce(F.try_element_at(already, F.lit(position + 1)), F.lit(0))
+        sent = F.coalesce(F.try_element_at(F.col(SENT_BEFORE), F.lit(position + 1)), F.lit(0))
         decisions[kept(slot)] = is_match & (so_far <= F.lit(broker.max_alerts_per_visit) - sent)
     for slot, _ in live_brokers(brokers):
         decisions.setdefault(kept(slot), F.col(matched_filters(slot)).isNotNull())
-    return with_columns(decisions)
+    return [with_columns({SENT_BEFORE: already}), drop(DELIVERED_BEFORE), with_columns(decisions), drop(SENT_BEFORE)]
 
 
 def match_keys(brokers: list[BrokerSpec]) -> Column:
@@ -140,10 +144,10 @@ class VisitCaps:
         the shuffle carries little more than the matches.
         """
         slim = apply_steps(matched, slim_steps(matched.columns, brokers))
-        return apply_steps(self.with_delivered_before(slim, brokers), [decision_step(brokers)])
+        return apply_steps(self.with_delivered_before(slim, brokers), decision_steps(brokers))
 
     def with_delivered_before(self, frame: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
-        """``frame`` with the column :func:`decision_step` reads: what earlier batches delivered, per visit."""
+        """``frame`` with the column :func:`decision_steps` read: what earlier batches delivered, per visit."""
         already = self.delivered_before(brokers)
         return frame if already is None else frame.withColumn(DELIVERED_BEFORE, F.lit(already))
 

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.filter_loader import FilterSpec
-from skyfilter.stream.caps import DELIVERED_BEFORE, VisitCaps, capped, decision_step, match_keys, slim_steps
+from skyfilter.stream.caps import DELIVERED_BEFORE, VisitCaps, capped, decision_steps, match_keys, slim_steps
 from skyfilter.stream.decode import alert_field_names, decode_steps, is_accepted
 from skyfilter.stream.filter_eval import PYTHON_COLUMN, REPORT_FIELD, filter_column, filter_steps
 from skyfilter.stream.outgoing import (
@@ -123,7 +123,7 @@ class DeliveryProgram:
                           brokers) if capped(brokers) else []
         self.head = JvmSteps(spark, [*evaluate, observe(*batch_figures(self.filters, brokers, per_visit=True)),
                                      *slim])
-        self.tail = JvmSteps(spark, [decision_step(brokers), *message_steps(
+        self.tail = JvmSteps(spark, [*decision_steps(brokers), *message_steps(
             brokers, plan.encodings, plan.deadletter_topic if dead_letters else None, plan.delivery_log_topic,
             writers=plan.inputs.readable)])
         self._template: PlanTemplate | None = None
