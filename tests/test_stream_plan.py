@@ -263,6 +263,20 @@ def test_the_caps_memory_sits_in_the_plan_once_whatever_the_capped_brokers(spark
     assert _plan_text(rows).count("map(keys: [") == 1
 
 
+def test_python_workers_import_pyspark_from_its_package_not_from_sparks_archives(spark):
+    """Each task re-reads the directory of every archive on a worker's path (0.1 s per task with Spark's
+    zips and jar there): the workers start from ``skyfilter.stream.python_daemon``, without them."""
+    def worker_paths(_):
+        import sys
+
+        import pyspark
+        return [[pyspark.__file__, *sys.path]]
+
+    [paths] = spark.sparkContext.parallelize([0], 1).mapPartitions(worker_paths).collect()
+    assert "site-packages" in paths[0] and ".zip" not in paths[0]
+    assert not [p for p in paths[1:] if p.endswith(".jar") or "pyspark.zip" in p or "py4j" in p]
+
+
 def _kafka_rows(frame) -> list[tuple]:
     return sorted((r.topic, r.key, r.value, str(r.headers)) for r in frame.collect())
 

@@ -369,3 +369,21 @@ def test_durations_in_spark_form_and_in_seconds():
     assert [seconds(text) for text in ("500ms", "5s", "5", "1m", "5m", "2h")] == [0.5, 5, 5, 60, 300, 7200]
     with pytest.raises(SkyfilterError, match="is not a duration like 500ms, 5s or 1m"):
         seconds("five minutes")
+
+
+def test_the_python_daemon_drops_spark_archives_only_where_pyspark_is_installed(tmp_path):
+    from skyfilter.stream.python_daemon import without_archives
+
+    site, lib = tmp_path / "site-packages", tmp_path / "lib"
+    for package in ("pyspark", "py4j"):
+        (site / package).mkdir(parents=True)
+        (site / package / "__init__.py").write_text("")
+    lib.mkdir()
+    archives = [lib / "pyspark.zip", lib / "py4j-0.10.9.9-src.zip", lib / "spark-core_2.13-4.1.1.jar"]
+    for archive in archives:
+        archive.write_bytes(b"PK")
+    paths = [str(tmp_path), *map(str, archives), str(lib / "python311.zip"), str(site)]
+    assert without_archives(paths) == [str(tmp_path), str(lib / "python311.zip"), str(site)]
+    assert without_archives([p for p in paths if p != str(site)]) == [p for p in paths if p != str(site)], \
+        "a worker whose only pyspark is the zip keeps it"
+
