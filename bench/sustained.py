@@ -81,7 +81,7 @@ def night(cfg, spark, args, schema: dict, alerts_per_visit: int, minutes: float,
     visits = max(1, round(minutes * 60 / args.visit_seconds))
     cached = cached_visits(args.state_dir / "cache", schema, min(visits, args.cached_visits), per_visit, args.stamps,
                            progress=not args.quiet)
-    topic, name = f"bench.sustained.{run_id}.{label}", f"sustained_{run_id}_{label}"
+    topic, name = night_names(run_id, label)
     filters, brokers = write_filter_set(args.state_dir / "filter_sets" / f"sustained_{args.filters}",
                                         args.filters, "sql", args.brokers, args.format,
                                         scaled_cap(cap_value(args.cap), args.time_scale))
@@ -138,7 +138,12 @@ def _delivered(spark, matches, visits) -> list[tuple[float, int]]:
     return [(end, visit.alerts) for end, visit in zip(ends, sorted(visits, key=lambda v: v.finish), strict=False)]
 
 
-def drop_night(cfg, state_dir: Path, name: str, topic: str) -> None:
+def night_names(run_id: str, label: str) -> tuple[str, str]:
+    """A night's input topic and its stream's name (its Delta tables' and checkpoints' folder)."""
+    return f"bench.sustained.{run_id}.{label}", f"sustained_{run_id}_{label}"
+
+
+def drop_night(cfg, state_dir: Path, topic: str, name: str) -> None:
     """Delete a measured night's Delta tables, checkpoints, input topic and the topics named after it (dead letters,
     delivery log); its figures are taken."""
     import shutil
@@ -213,7 +218,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
             for size, minutes, label in nights:
                 runs.append(night(cfg, spark, args, schema, size, minutes, label, run_id, memory))
                 if not args.keep_nights:
-                    drop_night(cfg, args.state_dir, f"sustained_{run_id}_{label}", f"bench.sustained.{run_id}.{label}")
+                    drop_night(cfg, args.state_dir, *night_names(run_id, label))
     columns = [("run", "run"), ("alerts_per_visit", "alerts/visit"), ("visit_s", "visit every s"),
                ("visits", "visits"), ("alerts", "alerts"), ("offered_per_s", "offered alerts/s"),
                ("delivery_max_lag", "delivery max lag"), ("delivery_growth", "delivery lag growth /s"),
