@@ -277,6 +277,31 @@ def test_python_workers_import_pyspark_from_its_package_not_from_sparks_archives
     assert not [p for p in paths[1:] if p.endswith(".jar") or "pyspark.zip" in p or "py4j" in p]
 
 
+def _processes_started() -> int:
+    """Processes this machine has started since boot (``/proc/stat``)."""
+    with open("/proc/stat") as stat:
+        return int(next(line for line in stat if line.startswith("processes")).split()[1])
+
+
+def test_checkpoint_files_are_written_without_starting_a_process_per_call(spark, tmp_path):
+    """A stream writes two checkpoint files per batch.  Spark's default writer (Hadoop's FileContext) starts
+    about 20 processes per file on a local disk (chmod, readlink); the one in spark-defaults.conf about 4."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path
+    managers = jvm.org.apache.spark.sql.execution.streaming.checkpointing
+    hadoop_conf = spark._jsparkSession.sessionState().newHadoopConf()
+    manager = managers.CheckpointFileManager.create(path(tmp_path.as_uri()), hadoop_conf)
+    files = 20
+    before = _processes_started()
+    for batch in range(files):
+        out = manager.createAtomic(path((tmp_path / str(batch)).as_uri()), False)
+        out.write(bytearray(b'v1\n{"batchWatermarkMs":0}\n'))
+        out.close()
+    started = _processes_started() - before
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == sorted(map(str, range(files)))
+    assert started < 10 * files, f"{started} processes started for {files} checkpoint files"
+
+
 def _kafka_rows(frame) -> list[tuple]:
     return sorted((r.topic, r.key, r.value, str(r.headers)) for r in frame.collect())
 

@@ -106,14 +106,14 @@ class DeliveryLane(Lane):
         return self.program().apply(raw, batch_id, self.caps)
 
     def warm_up(self) -> None:
-        """Start the Python workers, compile the plan and load the Kafka producer before the first alert arrives.
+        """Start the Python workers, compile the plan and load the Kafka clients before the first alert arrives.
 
         Without this the first visit of a night would wait for them (several seconds).
         """
         probe = probe_batch(self.spark, self.plan)
         rows, _ = self.outgoing(probe, -1)
         rows.count()
-        self.warm_up_kafka(self.plan.output_topics(self.program().brokers))
+        self.warm_up_kafka(self.plan.output_topics(self.program().brokers), self.plan.topic)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()

@@ -125,15 +125,15 @@ class RealtimeLane(Lane):
                                                   plan.delivery_log_topic, LANE, plan.inputs.readable))
 
     def warm_up(self) -> None:
-        """Run the query's code once on probe alerts, and load the Kafka producer, before the long-lived tasks start.
+        """Run the query's code once on probe alerts, and load the Kafka clients, before the long-lived tasks start.
 
         Spark caches generated code by its text and the JVM compiles what ran often, so
-        the Real-time tasks find the decoding and filtering compiled, and the producer's
-        classes loaded, instead of the first visit waiting for them.
+        the Real-time tasks find the decoding and filtering compiled, and the Kafka
+        clients' classes loaded, instead of the first visit waiting for them.
         """
         probe = probe_batch(self.spark, self.plan)
         self._rows(probe, observed=False).write.format("noop").mode("overwrite").save()
-        self.warm_up_kafka(self.plan.output_topics(self.brokers()))
+        self.warm_up_kafka(self.plan.output_topics(self.brokers()), self.plan.topic)
 
     def start(self, interval: str | None = None) -> StreamingQuery:
         """Start the query on the plan in force (resuming from its checkpoint); ``interval``: other than the lane's."""
