@@ -382,8 +382,10 @@ def test_the_python_daemon_drops_spark_archives_only_where_pyspark_is_installed(
     archives = [lib / "pyspark.zip", lib / "py4j-0.10.9.9-src.zip", lib / "spark-core_2.13-4.1.1.jar"]
     for archive in archives:
         archive.write_bytes(b"PK")
-    paths = [str(tmp_path), *map(str, archives), str(lib / "python311.zip"), str(site)]
-    assert without_archives(paths) == [str(tmp_path), str(lib / "python311.zip"), str(site)]
+    shipped = tmp_path / "skyfilter.zip"  # a user's --py-files zip: the workers import from it
+    shipped.write_bytes(b"PK")
+    paths = [str(tmp_path), *map(str, archives), str(lib / "python311.zip"), str(shipped), str(site)]
+    assert without_archives(paths) == [str(tmp_path), str(lib / "python311.zip"), str(shipped), str(site)]
     assert without_archives([p for p in paths if p != str(site)]) == [p for p in paths if p != str(site)], \
         "a worker whose only pyspark is the zip keeps it"
 

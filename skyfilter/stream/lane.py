@@ -87,7 +87,7 @@ class Lane:
             self.log(f"input schemas: {exc}")
         return new
 
-    def warm_up_kafka(self, topics: list[str], input_topic: str | None = None) -> None:
+    def warm_up_kafka(self, topics: list[str], input_topic: str) -> None:
         """Load the Kafka clients' classes, fetch the metadata of ``topics`` and read ``input_topic``'s end
         before the first alert.
 
@@ -110,8 +110,7 @@ class Lane:
                     pass  # best effort: the sink's own write says what is wrong with a topic
         finally:
             producer.close()
-        if input_topic is not None:
-            self._warm_up_consumer(input_topic)
+        self._warm_up_consumer(input_topic)
 
     def _warm_up_consumer(self, topic: str) -> None:
         """Connect a consumer to ``topic``'s partitions at their end and poll once, then close it."""

@@ -27,11 +27,19 @@ def installed_as_packages(paths: list[str], packages: tuple[str, ...] = ("pyspar
                for name in packages)
 
 
+def is_spark_archive(path: str) -> bool:
+    """Whether ``path`` is one of the archives Spark puts on a worker's path: ``pyspark.zip``, the py4j zip,
+    a jar.  A user's own zip (``--py-files``) is not one of them."""
+    name = os.path.basename(path)
+    return os.path.isfile(path) and (name == "pyspark.zip" or name.endswith(".jar")
+                                     or (name.startswith("py4j-") and name.endswith(".zip")))
+
+
 def without_archives(paths: list[str]) -> list[str]:
-    """``paths`` without the zip and jar files on it, when pyspark and py4j are installed as packages."""
+    """``paths`` without Spark's archives on it, when pyspark and py4j are installed as packages."""
     if not installed_as_packages(paths):
         return list(paths)
-    return [p for p in paths if not (p.endswith((".zip", ".jar")) and os.path.isfile(p))]
+    return [p for p in paths if not is_spark_archive(p)]
 
 
 def main() -> None:
