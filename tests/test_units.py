@@ -389,3 +389,29 @@ def test_the_python_daemon_drops_spark_archives_only_where_pyspark_is_installed(
     assert without_archives([p for p in paths if p != str(site)]) == [p for p in paths if p != str(site)], \
         "a worker whose only pyspark is the zip keeps it"
 
+
+
+def test_batch_match_rows_count_per_filter_per_broker_and_per_visit():
+    """The observed match rows ("visit:mask") give what a hundred count_if aggregates gave, and the caps' counts."""
+    from pathlib import Path
+
+    from skyfilter.core.brokers import BrokerSpec
+    from skyfilter.core.filter_loader import FilterSpec
+    from skyfilter.stream.batch_figures import read_matches
+    from skyfilter.stream.caps import VisitCaps
+
+    filters = [FilterSpec(name, Path(f"{name}.sql"), "sql", "") for name in ("a", "b", "c")]
+    brokers = [BrokerSpec("first", ["a"], "t1", enabled_filters=["a"], max_alerts_per_visit=2),
+               BrokerSpec("off", ["c"], "t0", enabled_filters=[]),  # no working filter: no slot figures
+               BrokerSpec("second", ["b", "c"], "t2", enabled_filters=["b", "c"], max_alerts_per_visit=None)]
+    rows = ",".join(["7:100", "7:110", "7:101", "8:001", "8:100", ":010"])  # the last alert has no visit id
+    matches = read_matches(rows, filters, brokers)
+    assert matches.by_filter == {"a": 4, "b": 2, "c": 2}
+    assert matches.by_broker == {"first": 4, "second": 4}
+    assert dict(matches.by_slot_visit) == {(0, 7): 3, (0, 8): 1, (2, 7): 2, (2, 8): 1}
+    assert read_matches(None, filters, brokers).by_broker == {"first": 0, "second": 0}
+    assert read_matches("", [], brokers).by_filter == {}
+
+    decision = VisitCaps().record(brokers, matches.by_slot_visit, {7: "2026-11-25", 8: "2026-11-25"})
+    assert decision.delivered_by_broker == {"first": 3, "second": 3}  # the cap of 2 took one of visit 7's three
+    assert decision.dropped_by_broker == {"first": 1, "second": 0}

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from skyfilter.core.brokers import BrokerSpec
@@ -120,14 +120,6 @@ def decision_steps(brokers: list[BrokerSpec]) -> list[Step]:
     return [with_columns({SENT_BEFORE: already}), drop(DELIVERED_BEFORE), with_columns(decisions), drop(SENT_BEFORE)]
 
 
-def match_keys(brokers: list[BrokerSpec]) -> Column:
-    """Per alert, ``slot:visit`` for every broker it matched, comma-separated (null when none)."""
-    keys = [F.when(F.col(matched_filters(slot)).isNotNull(), F.concat(F.lit(f"{slot}:"), F.col("visit_id")))
-            for slot, _ in live_brokers(brokers)]
-    joined = F.concat_ws(",", *keys) if keys else F.lit("")
-    return F.when(joined != "", joined)
-
-
 class VisitCaps:
     """What each capped broker already received per visit, and the cap applied to each batch."""
 
@@ -161,16 +153,16 @@ class VisitCaps:
         visits = {visit for (_, visit) in self.delivered}
         return json.dumps({str(v): [self.delivered.get((n, v), 0) for n in names] for v in sorted(visits)})
 
-    def record(self, brokers: list[BrokerSpec], matched_keys: list[str], nights: dict[int, str]) -> CapDecision:
+    def record(self, brokers: list[BrokerSpec], matched: Counter, nights: dict[int, str]) -> CapDecision:
         """Count a finished batch: per (broker, visit) matched, delivered and dropped; remember what was sent.
 
-        ``matched_keys`` are the batch's ``slot:visit`` keys (see :func:`match_keys`),
-        ``nights`` the night of each visit in the batch.
+        ``matched`` counts the batch's matches per (broker slot, visit) before the caps
+        (``skyfilter/stream/batch_figures.py``), ``nights`` the night of each visit in the batch.
         """
         self.nights.update(nights)
         by_slot = dict(live_brokers(brokers))
         rows = []
-        for (slot, visit), count in sorted(Counter(_split_key(k) for k in matched_keys if k).items()):
+        for (slot, visit), count in sorted(matched.items()):
             broker = by_slot[slot]
             cap = broker.max_alerts_per_visit
             already = self.delivered.get((broker.name, visit), 0)
@@ -194,7 +186,3 @@ class VisitCaps:
         self.delivered = {k: v for k, v in self.delivered.items() if self.nights.get(k[1]) in recent}
         self.nights = {visit: night for visit, night in self.nights.items() if night in recent}
 
-
-def _split_key(key: str) -> tuple[int, int]:
-    slot, _, visit = key.partition(":")
-    return int(slot), int(visit)

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, Observation
 
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.filter_loader import FilterSpec
+from skyfilter.stream.batch_figures import MATCHED, BatchMatches, read_matches
 from skyfilter.stream.caps import VisitCaps
 from skyfilter.stream.delivery_log import SummaryWriter, checkpoint_query_id
 from skyfilter.stream.delivery_program import DeliveryProgram, program_key
@@ -36,8 +37,9 @@ ONE_JOB_PER_BATCH = ("spark.sql.adaptive.enabled", "false")
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"  # the caps' window: as many tasks as the batch has
 
 
-def batch_stats(observed: dict, delivered: float, filters: list[FilterSpec]) -> dict:
-    """A batch's figures from its observation: counts, per filter, latency to ``delivered``, Python reports."""
+def batch_stats(observed: dict, delivered: float, filters: list[FilterSpec], matches: BatchMatches) -> dict:
+    """A batch's figures from its observation and its ``matches`` (before the caps): counts, per filter and broker,
+    latency to ``delivered``, Python reports."""
     ended_ms = delivered * 1000.0
     appended = observed.get("appended_ms") or [None, None, None]
     python = [spec.name for spec in filters if spec.kind == "python"]
@@ -46,8 +48,7 @@ def batch_stats(observed: dict, delivered: float, filters: list[FilterSpec]) -> 
         "input_alerts": observed["input_alerts"], "rejected": observed["rejected"],
         "latency": [None if q is None else ended_ms - q for q in reversed(appended)],
         "latency_max": None if observed.get("first_ms") is None else ended_ms - observed["first_ms"],
-        "by_filter": {spec.name: observed[f"f:{spec.name}"] for spec in filters},
-        "by_broker": {key[2:]: value for key, value in observed.items() if key.startswith("b:")},
+        "by_filter": matches.by_filter, "by_broker": matches.by_broker,
         "errors": {name: r["error"] for name, r in reports.items() if r["error"]},
         "samples": {name: r["sample"] for name, r in reports.items() if r["error"] and r["sample"]},
         "seconds": {name: reports.get(name, {}).get("seconds", 0.0) for name in python},
@@ -131,9 +132,10 @@ class DeliveryLane(Lane):
         observed = observation.get
         if not observed.get("input_alerts"):
             return
-        stats = batch_stats(observed, delivered, filters)
+        matches = read_matches(observed.get(MATCHED), filters, brokers)
+        stats = batch_stats(observed, delivered, filters, matches)
         nights = dict(_visit_night(text) for text in observed.get("visits") or [])
-        decision = self.caps.record(brokers, (observed.get("match_keys") or "").split(","), nights)
+        decision = self.caps.record(brokers, matches.by_slot_visit, nights)
         stats["by_broker"] = {b.name: 0 for b in brokers if b.enabled_filters} | decision.delivered_by_broker
         stats["dropped_by_broker"] = {b: n for b, n in decision.dropped_by_broker.items() if n}
         stats["matches"] = decision.delivered

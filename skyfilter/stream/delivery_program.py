@@ -17,25 +17,23 @@ from __future__ import annotations
 import itertools
 from collections.abc import Hashable
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, Observation, SparkSession
 
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.filter_loader import FilterSpec
-from skyfilter.stream.caps import DELIVERED_BEFORE, VisitCaps, capped, decision_steps, match_keys, slim_steps
+from skyfilter.stream.batch_figures import observe_steps
+from skyfilter.stream.caps import DELIVERED_BEFORE, VisitCaps, capped, decision_steps, slim_steps
 from skyfilter.stream.decode import alert_field_names, decode_steps, is_accepted
-from skyfilter.stream.filter_eval import PYTHON_COLUMN, REPORT_FIELD, filter_column, filter_steps
+from skyfilter.stream.filter_eval import filter_steps
 from skyfilter.stream.outgoing import (
     BATCH_ID_COLUMN,
     broker_match_step,
     encode_step,
-    live_brokers,
-    matched_filters,
     message_steps,
     with_batch_id,
 )
 from skyfilter.stream.plan_template import PlanTemplate
-from skyfilter.stream.steps import JvmSteps, Step, apply_steps, drop, observe
+from skyfilter.stream.steps import JvmSteps, Step, apply_steps, drop
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
 
 _observation_ids = itertools.count()
@@ -74,29 +72,6 @@ def encode_and_narrow_steps(plan: StreamPlan, brokers: list[BrokerSpec], decided
     return [encode_step(brokers, plan.encodings, decided), drop(*alert_field_names(plan.reader_json))]
 
 
-def batch_figures(filters: list[FilterSpec], brokers: list[BrokerSpec], per_visit: bool) -> list[Column]:
-    """The aggregates a delivery batch observes on its own job.
-
-    ``per_visit`` collects each match's ``slot:visit`` key (what the caps count);
-    without it, only per-broker totals.
-    """
-    accepted = is_accepted()
-    millis = F.unix_millis("kafka_timestamp").cast("double")
-    figures = [F.count(F.lit(1)).alias("input_alerts"), F.count_if(~accepted).alias("rejected"),
-               F.percentile_approx(F.when(accepted, millis), [0.01, 0.05, 0.5], 10000).alias("appended_ms"),
-               F.min(F.when(accepted, millis)).alias("first_ms")]
-    figures += [F.count_if(F.col(filter_column(spec.name))).alias(f"f:{spec.name}") for spec in filters]
-    if any(spec.kind == "python" for spec in filters):
-        figures.append(F.collect_list(F.col(PYTHON_COLUMN)[REPORT_FIELD]).alias("python_reports"))
-    if per_visit:
-        figures.append(F.array_join(F.collect_list(match_keys(brokers)), ",").alias("match_keys"))
-        figures.append(F.collect_set(F.when(accepted, F.concat_ws(":", "visit_id", "night"))).alias("visits"))
-    else:
-        figures += [F.count_if(F.col(matched_filters(slot)).isNotNull()).alias(f"b:{b.name}")
-                    for slot, b in live_brokers(brokers)]
-    return figures
-
-
 def program_key(plan: StreamPlan, brokers: list[BrokerSpec], dead_letters: bool) -> Hashable:
     """What a program depends on: equal keys, same program.  Reload, quarantine and new input schema versions
     replace the plan's filter specs, brokers' filter lists and inputs, so identities and broker settings are
@@ -121,8 +96,7 @@ class DeliveryProgram:
         # the caps' slimming step names every column: read them once from an empty batch (only with caps)
         slim = slim_steps(apply_steps(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), evaluate).columns,
                           brokers) if capped(brokers) else []
-        self.head = JvmSteps(spark, [*evaluate, observe(*batch_figures(self.filters, brokers, per_visit=True)),
-                                     *slim])
+        self.head = JvmSteps(spark, [*evaluate, *observe_steps(self.filters), *slim])
         self.tail = JvmSteps(spark, [*decision_steps(brokers), *message_steps(
             brokers, plan.encodings, plan.deadletter_topic if dead_letters else None, plan.delivery_log_topic,
             writers=plan.inputs.readable)])

@@ -26,9 +26,10 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from skyfilter.core.brokers import BrokerSpec, load_brokers
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.stream.batch_figures import FIGURE_COLUMNS, MATCHED, figure_aggregates, figure_column_step, read_matches
 from skyfilter.stream.delivery_lane import batch_stats, report_batch, summary_record
 from skyfilter.stream.delivery_log import SummaryWriter
-from skyfilter.stream.delivery_program import batch_figures, encode_and_narrow_steps, evaluate, lane_filters
+from skyfilter.stream.delivery_program import encode_and_narrow_steps, evaluate, lane_filters
 from skyfilter.stream.input_schemas import NEW_SCHEMA_ERROR
 from skyfilter.stream.lane import Lane, LaneServices
 from skyfilter.stream.outgoing import keep_every_match, message_steps, with_batch_id
@@ -119,8 +120,9 @@ class RealtimeLane(Lane):
         decided = with_batch_id(keep_every_match(evaluate(plan, source, brokers, unknown_fails=True), brokers), -1)
         encoded = apply_steps(decided, encode_and_narrow_steps(plan, brokers, decided=True))
         if observed:
-            encoded = encoded.observe(OBSERVATION, *batch_figures(lane_filters(plan, brokers), brokers,
-                                                                  per_visit=False))
+            filters = lane_filters(plan, brokers)
+            encoded = apply_steps(encoded, [figure_column_step(filters)]).observe(
+                OBSERVATION, *figure_aggregates(filters)).drop(*FIGURE_COLUMNS)
         return apply_steps(encoded, message_steps(brokers, plan.encodings, plan.deadletter_topic,
                                                   plan.delivery_log_topic, LANE, plan.inputs.readable))
 
@@ -236,7 +238,8 @@ class RealtimeLane(Lane):
         started = finished - progress.batchDuration / 1000.0
         brokers = self.brokers()
         filters = lane_filters(self.plan, brokers)
-        stats = batch_stats(observed.asDict(), finished, filters)
+        observed = observed.asDict()
+        stats = batch_stats(observed, finished, filters, read_matches(observed.get(MATCHED), filters, brokers))
         stats["latency"], stats["latency_max"] = [None, None, None], None  # records leave as they come
         stats["matches"] = sum(stats["by_broker"].values())
         figures = self.monitor.batch_figures(LANE, progress.batchId, started, finished, stats["input_alerts"], [])
