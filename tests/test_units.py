@@ -411,6 +411,7 @@ def test_batch_match_rows_count_per_filter_per_broker_and_per_visit():
     assert dict(matches.by_slot_visit) == {(0, 7): 3, (0, 8): 1, (2, 7): 2, (2, 8): 1}
     assert read_matches(None, filters, brokers).by_broker == {"first": 0, "second": 0}
     assert read_matches("", [], brokers).by_filter == {}
+    assert read_matches(rows + ",7:1000", filters, brokers) == matches, "a row of four filters is not counted"
 
     decision = VisitCaps().record(brokers, matches.by_slot_visit, {7: "2026-11-25", 8: "2026-11-25"})
     assert decision.delivered_by_broker == {"first": 3, "second": 3}  # the cap of 2 took one of visit 7's three

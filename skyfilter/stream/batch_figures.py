@@ -81,10 +81,11 @@ def read_matches(text: str | None, filters: list[FilterSpec], brokers: list[Brok
     """Count the observed match rows (:data:`MATCHED`): per filter, and per live broker (and visit).
 
     A broker matched an alert when any of its filters did.  ``filters`` are the
-    lane's filters in the order of the masks.
+    lane's filters in the order of the masks; rows of another filter set (a
+    progress event that arrives after a reload) are not counted.
     """
     live = live_brokers(brokers)
-    rows = [row for row in (text or "").split(",") if row]
+    rows = [row for row in (text or "").split(",") if len(row) - row.find(":") - 1 == len(filters)]
     if not rows or not filters:
         return BatchMatches({spec.name: 0 for spec in filters}, {b.name: 0 for _, b in live}, Counter())
     visits = [row.partition(":")[0] for row in rows]
