@@ -15,7 +15,7 @@ from conftest import NEGATIVE_PY, stream_args, stream_folder
 from skyfilter.core.registry import open_registry, subject_for
 from skyfilter.jobs.filter_stream import run
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.batch_figures import MATCH_ROW, MATCHED
+from skyfilter.stream.batch_figures import MATCHED
 from skyfilter.stream.caps import VisitCaps
 from skyfilter.stream.decode import alert_field_names
 from skyfilter.stream.delivery_lane import DeliveryLane
@@ -107,7 +107,7 @@ def test_the_realtime_query_decodes_once_and_observes_no_field_of_the_alert(spar
     assert _plan_text(rows).count("from_avro(") == 1, "each alert is decoded once"
     columns = set(_observed_columns(rows._jdf.queryExecution().optimizedPlan()))
     assert not columns & set(alert_field_names(planned["plan"].reader_json)), sorted(columns)
-    assert {MATCH_ROW, "kafka_value"} <= columns and any(c.startswith("_encoded_") for c in columns)
+    assert {"_f_snr", "kafka_value"} <= columns and any(c.startswith("_encoded_") for c in columns)
     assert rows.columns == ["topic", "key", "value", "headers"]
 
 

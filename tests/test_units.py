@@ -392,7 +392,7 @@ def test_the_python_daemon_drops_spark_archives_only_where_pyspark_is_installed(
 
 
 def test_batch_match_rows_count_per_filter_per_broker_and_per_visit():
-    """The observed match rows ("visit:mask") give what a hundred count_if aggregates gave, and the caps' counts."""
+    """The observed match rows ("visit:mask") give what per-filter count_if aggregates give, and the caps' counts."""
     from pathlib import Path
 
     from skyfilter.core.brokers import BrokerSpec
@@ -405,13 +405,15 @@ def test_batch_match_rows_count_per_filter_per_broker_and_per_visit():
                BrokerSpec("off", ["c"], "t0", enabled_filters=[]),  # no working filter: no slot figures
                BrokerSpec("second", ["b", "c"], "t2", enabled_filters=["b", "c"], max_alerts_per_visit=None)]
     rows = ",".join(["7:100", "7:110", "7:101", "8:001", "8:100", ":010"])  # the last alert has no visit id
-    matches = read_matches(rows, filters, brokers)
+    matches = read_matches({"matched": rows}, filters, brokers)
     assert matches.by_filter == {"a": 4, "b": 2, "c": 2}
     assert matches.by_broker == {"first": 4, "second": 4}
     assert dict(matches.by_slot_visit) == {(0, 7): 3, (0, 8): 1, (2, 7): 2, (2, 8): 1}
-    assert read_matches(None, filters, brokers).by_broker == {"first": 0, "second": 0}
-    assert read_matches("", [], brokers).by_filter == {}
-    assert read_matches(rows + ",7:1000", filters, brokers) == matches, "a row of four filters is not counted"
+    assert read_matches({"matched": None}, filters, brokers).by_broker == {"first": 0, "second": 0}
+    assert read_matches({"matched": ""}, [], brokers).by_filter == {}
+    assert read_matches({"matched": rows + ",7:1000"}, filters, brokers) == matches, "a row of 4 filters: not counted"
+    counted = read_matches({"f:a": 4, "f:b": 2, "f:c": 2, "b:first": 4, "b:second": 4}, filters, brokers)
+    assert (counted.by_filter, counted.by_broker) == (matches.by_filter, matches.by_broker), "Real-time Mode's form"
 
     decision = VisitCaps().record(brokers, matches.by_slot_visit, {7: "2026-11-25", 8: "2026-11-25"})
     assert decision.delivered_by_broker == {"first": 3, "second": 3}  # the cap of 2 took one of visit 7's three

@@ -9,7 +9,7 @@ generates an observation's aggregation code again in every task, so one
 short *match row*, ``visit:mask`` (one character per filter, ``1`` for a match),
 computed in the batch's compiled projection and gathered by a single aggregate;
 the driver counts the masks.  The figures are then a few aggregates whatever the
-number of filters, and the rows cost a few bytes per matching alert.
+number of filters, and the rows cost one byte per filter and matching alert.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.filter_loader import FilterSpec
 from skyfilter.stream.decode import is_accepted
 from skyfilter.stream.filter_eval import PYTHON_COLUMN, REPORT_FIELD, filter_column
-from skyfilter.stream.outgoing import any_of, live_brokers
+from skyfilter.stream.outgoing import any_of, live_brokers, matched_filters
 from skyfilter.stream.steps import Step, drop, observe, with_columns
 
 MATCH_ROW = "_match_row"  # per alert: "visit:mask" when a filter matched it, else null
@@ -49,15 +49,25 @@ def figure_column_step(filters: list[FilterSpec]) -> Step:
     })
 
 
-def figure_aggregates(filters: list[FilterSpec]) -> list[Column]:
-    """The aggregates a delivery batch observes, over the columns of :func:`figure_column_step`."""
+def figure_aggregates(filters: list[FilterSpec], brokers: list[BrokerSpec] | None = None) -> list[Column]:
+    """The aggregates a delivery batch observes, over the columns of :func:`figure_column_step`.
+
+    With ``brokers``, matches are counted per filter and per broker instead of
+    gathered as match rows: figures of a constant size, for Real-time Mode, whose
+    figures cover a whole checkpoint interval and stay in the query's recent
+    progress (its long-lived tasks build the aggregation code once per interval).
+    """
     accepted = is_accepted()
     millis = F.unix_millis("kafka_timestamp").cast("double")
     figures = [F.count(F.lit(1)).alias("input_alerts"), F.count_if(~accepted).alias("rejected"),
                F.percentile_approx(F.when(accepted, millis), [0.01, 0.05, 0.5], 10000).alias("appended_ms"),
-               F.min(F.when(accepted, millis)).alias("first_ms"),
-               F.array_join(F.collect_list(MATCH_ROW), ",").alias(MATCHED),
-               F.collect_set(VISIT_NIGHT).alias("visits")]
+               F.min(F.when(accepted, millis)).alias("first_ms"), F.collect_set(VISIT_NIGHT).alias("visits")]
+    if brokers is None:
+        figures.append(F.array_join(F.collect_list(MATCH_ROW), ",").alias(MATCHED))
+    else:
+        figures += [F.count_if(F.col(filter_column(spec.name))).alias(f"f:{spec.name}") for spec in filters]
+        figures += [F.count_if(F.col(matched_filters(slot)).isNotNull()).alias(f"b:{broker.name}")
+                    for slot, broker in live_brokers(brokers)]
     if any(spec.kind == "python" for spec in filters):
         figures.append(F.collect_list(F.col(PYTHON_COLUMN)[REPORT_FIELD]).alias("python_reports"))
     return figures
@@ -77,15 +87,19 @@ class BatchMatches:
     by_slot_visit: Counter
 
 
-def read_matches(text: str | None, filters: list[FilterSpec], brokers: list[BrokerSpec]) -> BatchMatches:
-    """Count the observed match rows (:data:`MATCHED`): per filter, and per live broker (and visit).
+def read_matches(observed: dict, filters: list[FilterSpec], brokers: list[BrokerSpec]) -> BatchMatches:
+    """A batch's matches from its observed figures (:func:`figure_aggregates`): per filter, per live broker and,
+    from match rows, per (broker slot, visit).
 
     A broker matched an alert when any of its filters did.  ``filters`` are the
-    lane's filters in the order of the masks; rows of another filter set (a
-    progress event that arrives after a reload) are not counted.
+    lane's filters in the order of the masks; rows of another filter set are not
+    counted.
     """
     live = live_brokers(brokers)
-    rows = [row for row in (text or "").split(",") if len(row) - row.find(":") - 1 == len(filters)]
+    if MATCHED not in observed:  # counted per filter and broker
+        return BatchMatches({spec.name: observed.get(f"f:{spec.name}") or 0 for spec in filters},
+                            {b.name: observed.get(f"b:{b.name}") or 0 for _, b in live}, Counter())
+    rows = [row for row in (observed[MATCHED] or "").split(",") if len(row) - row.find(":") - 1 == len(filters)]
     if not rows or not filters:
         return BatchMatches({spec.name: 0 for spec in filters}, {b.name: 0 for _, b in live}, Counter())
     visits = [row.partition(":")[0] for row in rows]

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, Observation
 
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.filter_loader import FilterSpec
-from skyfilter.stream.batch_figures import MATCHED, BatchMatches, read_matches
+from skyfilter.stream.batch_figures import BatchMatches, read_matches
 from skyfilter.stream.caps import VisitCaps
 from skyfilter.stream.delivery_log import SummaryWriter, checkpoint_query_id
 from skyfilter.stream.delivery_program import DeliveryProgram, program_key
@@ -132,7 +132,7 @@ class DeliveryLane(Lane):
         observed = observation.get
         if not observed.get("input_alerts"):
             return
-        matches = read_matches(observed.get(MATCHED), filters, brokers)
+        matches = read_matches(observed, filters, brokers)
         stats = batch_stats(observed, delivered, filters, matches)
         nights = dict(_visit_night(text) for text in observed.get("visits") or [])
         decision = self.caps.record(brokers, matches.by_slot_visit, nights)

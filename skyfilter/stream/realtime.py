@@ -26,7 +26,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from skyfilter.core.brokers import BrokerSpec, load_brokers
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.stream.batch_figures import FIGURE_COLUMNS, MATCHED, figure_aggregates, figure_column_step, read_matches
+from skyfilter.stream.batch_figures import FIGURE_COLUMNS, figure_aggregates, figure_column_step, read_matches
 from skyfilter.stream.delivery_lane import batch_stats, report_batch, summary_record
 from skyfilter.stream.delivery_log import SummaryWriter
 from skyfilter.stream.delivery_program import encode_and_narrow_steps, evaluate, lane_filters
@@ -122,7 +122,7 @@ class RealtimeLane(Lane):
         if observed:
             filters = lane_filters(plan, brokers)
             encoded = apply_steps(encoded, [figure_column_step(filters)]).observe(
-                OBSERVATION, *figure_aggregates(filters)).drop(*FIGURE_COLUMNS)
+                OBSERVATION, *figure_aggregates(filters, brokers)).drop(*FIGURE_COLUMNS)
         return apply_steps(encoded, message_steps(brokers, plan.encodings, plan.deadletter_topic,
                                                   plan.delivery_log_topic, LANE, plan.inputs.readable))
 
@@ -239,7 +239,7 @@ class RealtimeLane(Lane):
         brokers = self.brokers()
         filters = lane_filters(self.plan, brokers)
         observed = observed.asDict()
-        stats = batch_stats(observed, finished, filters, read_matches(observed.get(MATCHED), filters, brokers))
+        stats = batch_stats(observed, finished, filters, read_matches(observed, filters, brokers))
         stats["latency"], stats["latency_max"] = [None, None, None], None  # records leave as they come
         stats["matches"] = sum(stats["by_broker"].values())
         figures = self.monitor.batch_figures(LANE, progress.batchId, started, finished, stats["input_alerts"], [])
