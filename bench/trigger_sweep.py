@@ -184,6 +184,8 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def _plot(rows: list[dict]):
+    from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
+
     from bench.report import pyplot
 
     plt = pyplot()
@@ -192,6 +194,8 @@ def _plot(rows: list[dict]):
     for key, style in (("p50_s", "o-"), ("p95_s", "s-"), ("p99_s", "^-"), ("max_s", "x:")):
         latency.plot(labels, [r[key] or 0 for r in rows], style, label=key.split("_")[0])
     latency.set_yscale("symlog", linthresh=0.1)
+    latency.yaxis.set_major_locator(SymmetricalLogLocator(base=10, linthresh=0.1, subs=(1.0, 2.0, 3.0, 5.0)))
+    latency.yaxis.set_major_formatter(FuncFormatter(lambda seconds, _: f"{seconds:g}"))  # 0.5, 2, 5: not 10^0
     latency.set_xlabel("delivery trigger")
     latency.set_ylabel("delivery latency (s)")
     latency.legend()

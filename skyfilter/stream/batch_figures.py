@@ -61,9 +61,10 @@ def figure_aggregates(filters: list[FilterSpec], brokers: list[BrokerSpec] | Non
     millis = F.unix_millis("kafka_timestamp").cast("double")
     figures = [F.count(F.lit(1)).alias("input_alerts"), F.count_if(~accepted).alias("rejected"),
                F.percentile_approx(F.when(accepted, millis), [0.01, 0.05, 0.5], 10000).alias("appended_ms"),
-               F.min(F.when(accepted, millis)).alias("first_ms"), F.collect_set(VISIT_NIGHT).alias("visits")]
-    if brokers is None:
-        figures.append(F.array_join(F.collect_list(MATCH_ROW), ",").alias(MATCHED))
+               F.min(F.when(accepted, millis)).alias("first_ms")]
+    if brokers is None:  # the caps' figures: the batch's visits and its match rows
+        figures += [F.collect_set(VISIT_NIGHT).alias("visits"),
+                    F.array_join(F.collect_list(MATCH_ROW), ",").alias(MATCHED)]
     else:
         figures += [F.count_if(F.col(filter_column(spec.name))).alias(f"f:{spec.name}") for spec in filters]
         figures += [F.count_if(F.col(matched_filters(slot)).isNotNull()).alias(f"b:{broker.name}")
