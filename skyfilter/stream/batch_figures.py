@@ -52,7 +52,8 @@ def figure_column_step(filters: list[FilterSpec]) -> Step:
 def figure_aggregates(filters: list[FilterSpec], brokers: list[BrokerSpec] | None = None) -> list[Column]:
     """The aggregates a delivery batch observes, over the columns of :func:`figure_column_step`.
 
-    With ``brokers``, matches are counted per filter and per broker instead of
+    With ``brokers``, matches are counted per filter and per broker (over the
+    filter and broker-match columns alone: no figure columns needed) instead of
     gathered as match rows: figures of a constant size, for Real-time Mode, whose
     figures cover a whole checkpoint interval and stay in the query's recent
     progress (its long-lived tasks build the aggregation code once per interval).

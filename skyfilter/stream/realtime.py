@@ -26,7 +26,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from skyfilter.core.brokers import BrokerSpec, load_brokers
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.stream.batch_figures import FIGURE_COLUMNS, figure_aggregates, figure_column_step, read_matches
+from skyfilter.stream.batch_figures import figure_aggregates, read_matches
 from skyfilter.stream.delivery_lane import batch_stats, report_batch, summary_record
 from skyfilter.stream.delivery_log import SummaryWriter
 from skyfilter.stream.delivery_program import encode_and_narrow_steps, evaluate, lane_filters
@@ -120,9 +120,7 @@ class RealtimeLane(Lane):
         decided = with_batch_id(keep_every_match(evaluate(plan, source, brokers, unknown_fails=True), brokers), -1)
         encoded = apply_steps(decided, encode_and_narrow_steps(plan, brokers, decided=True))
         if observed:
-            filters = lane_filters(plan, brokers)
-            encoded = apply_steps(encoded, [figure_column_step(filters)]).observe(
-                OBSERVATION, *figure_aggregates(filters, brokers)).drop(*FIGURE_COLUMNS)
+            encoded = encoded.observe(OBSERVATION, *figure_aggregates(lane_filters(plan, brokers), brokers))
         return apply_steps(encoded, message_steps(brokers, plan.encodings, plan.deadletter_topic,
                                                   plan.delivery_log_topic, LANE, plan.inputs.readable))
 
