@@ -30,7 +30,7 @@ setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/.ins
 # Python: a virtualenv with the project installed (editable) at pinned versions.
 $(VENV)/.installed: setup.py conf/versions.env
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python $(PYTHON_VERSION)"; exit 1; }
-	@command -v java >/dev/null || { echo "error: java not found; install OpenJDK 17 (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v javac >/dev/null || { echo "error: javac not found; install OpenJDK 17 (apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -e '.[test]'
@@ -48,7 +48,7 @@ $(LOCAL)/kafka/libs/.resolved: conf/kafka/pom.xml conf/versions.env
 # conf/spark-defaults.conf plus the connector jars (Kafka, Avro, Delta) that
 # Spark's Ivy resolves once into .local/ivy; spark-submit and python agree.
 $(LOCAL)/spark-conf/.installed: conf/spark-defaults.conf conf/spark-log4j2.properties conf/fairscheduler.xml \
-                                conf/versions.env $(VENV)/.installed
+                                conf/versions.env $(VENV)/.installed $(wildcard skyfilter/stream/jvm/*.java)
 	mkdir -p $(LOCAL)/spark-conf
 	rm -rf $(SPARK_HOME)/conf && ln -s $(LOCAL)/spark-conf $(SPARK_HOME)/conf
 	$(PY) -m skyfilter.stream.session --install $(LOCAL)/spark-conf
@@ -67,7 +67,7 @@ docs: $(VENV)/.installed
 	$(PY) -m mkdocs build --strict --site-dir $(LOCAL)/site
 
 # Benchmarks, not tests: results (JSON, CSV, Markdown, PNG) go to bench/results, runs to .local/bench/bench_runs.
-BENCH ?= producer stages grid visit-burst side-by-side filter-scaling trigger-sweep sustained catch-up
+BENCH ?= producer stages grid broker-load visit-burst side-by-side filter-scaling trigger-sweep sustained catch-up
 bench: setup
 	set -e; for experiment in $(BENCH); do $(VENV)/bin/skyfilter bench $$experiment $(BENCH_ARGS); done
 	$(PY) -m bench.report  # the tables and plots in docs/ come from bench/results, never by hand

@@ -19,13 +19,16 @@ ARCHIVE_MARK = "--lane"  # the archive child: ``python -m skyfilter.jobs.filter_
 
 def cpu_now(driver_pid: int, kafka_pid: int | None) -> dict[str, float]:
     """CPU seconds used so far by each part: ``archive`` (the archive process tree), ``driver`` (the benchmark's
-    own tree without it: the Spark driver, its Python workers), ``kafka``, and ``machine`` (every process)."""
+    own tree without it and without the producer processes: the Spark driver, its Python workers), ``kafka``, and
+    ``machine`` (every process)."""
     children = children_by_parent()
     archive = [pid for pid in _tree(driver_pid, children) if _is_archive(pid)]
     archive_tree = {pid for root in archive for pid in _tree(root, children)}
-    driver_tree = set(_tree(driver_pid, children)) - archive_tree
+    producers = {pid for root in _tree(driver_pid, children) if _is_producer(root) for pid in _tree(root, children)}
+    kafka = set(_tree(kafka_pid, children)) if kafka_pid else set()  # the benchmark may have started it
+    driver_tree = set(_tree(driver_pid, children)) - archive_tree - producers - kafka
     return {"driver": sum(map(_cpu, driver_tree)), "archive": sum(map(_cpu, archive_tree)),
-            "kafka": sum(map(_cpu, _tree(kafka_pid, children))) if kafka_pid else 0.0, "machine": _machine()}
+            "kafka": sum(map(_cpu, kafka)), "machine": _machine()}
 
 
 def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -43,6 +46,12 @@ def _tree(root: int, children: dict[int, list[int]]) -> list[int]:
         found.append(pid)
         todo += children.get(pid, [])
     return found
+
+
+def _is_producer(pid: int) -> bool:
+    """A producer process of the benchmark (``skyfilter/producers/produce.py`` spawns them): counted with the
+    rest of the machine, not as the delivery driver."""
+    return any("multiprocessing.spawn" in part for part in command_line(pid))
 
 
 def _is_archive(pid: int) -> bool:

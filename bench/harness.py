@@ -40,20 +40,20 @@ def bench_spark(app: str, trigger: str = "0", partitions: int = 8):
     lane's own when it runs in this process (``archive.process``).  A running
     session with another master is stopped first (the driver JVM stays).
     """
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from skyfilter.core.config import Config
     from skyfilter.stream.archive_process import runs_apart
     from skyfilter.stream.session import get_spark
     from skyfilter.stream.slots import configured_master, local_cores, plan_slots
+    from skyfilter.stream.spark_internals import active_context
 
     cfg = Config.load()
     cores = local_cores(configured_master()) or 2
     archive_here = not runs_apart(cfg, {"delivery", "archive"}, False, True)
     slots = plan_slots(cfg, cores, partitions if trigger == "realtime" else 0, True, archive_here)
     master = f"local[{slots.total}]"
-    context = SparkContext._active_spark_context  # not per thread, unlike the active session
+    context = active_context()  # not per thread, unlike the active session
     if context is not None and context.master != master:
         (SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()).stop()
     return get_spark(app, master=master)
@@ -79,8 +79,9 @@ def settings_of(args: argparse.Namespace) -> dict:
 
 def spark_driver_pid(spark) -> int | None:
     """Pid of the local Spark driver JVM (which also runs the executor and forks the Python workers)."""
-    process = getattr(spark.sparkContext._gateway, "proc", None)
-    return process.pid if process is not None else None
+    from skyfilter.stream.spark_internals import driver_jvm_pid
+
+    return driver_jvm_pid(spark)
 
 
 def driver_and_kafka(spark, cluster, interval_s: float = 0.5):

@@ -38,3 +38,13 @@ def lane_batches(spark, metrics_path, lanes: tuple[str, ...], since: float = 0.0
         .select("lane", "finished_at", "input_alerts").collect()
     return [(r.finished_at.timestamp(), r.input_alerts) for r in rows
             if r.lane in lanes and r.finished_at.timestamp() >= since]
+
+
+def plot_lag(axis, series: list[tuple[str, list[dict]]], title: str, legend_title: str | None = None) -> None:
+    """The archive lane's lag of each run on one matplotlib ``axis``: (label, :func:`lag_timeline` points)."""
+    for label, points in series:
+        axis.plot([p["t"] for p in points], [p["lag"] for p in points], label=label)
+    axis.set_xlabel("seconds from the first send")
+    axis.set_ylabel("alerts not yet archived")
+    axis.legend(title=legend_title, fontsize="small")
+    axis.set_title(title)

@@ -2,7 +2,8 @@
 Real-time Mode included, and the archive lane running at the same time.
 
     python -m bench.trigger_sweep [--triggers realtime,0,1,5] [--visits 10] [--alerts-per-visit 1000]
-                                  [--visit-seconds 3.9] [--format nocutouts] [--cap none] [--set KEY=VALUE]
+                                  [--visit-seconds 3.9] [--load broker|uniform] [--format nocutouts] [--cap none]
+                                  [--set KEY=VALUE]
 
 Rubin sends 10,000 alerts per 39 s visit (256 alerts/s).  Time-scaled runs
 keep that rate with smaller, faster visits (``--alerts-per-visit 1000
@@ -29,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.filter_sets import add_load_arguments
 from bench.harness import add_common_arguments, add_warm_up_flag, runs_table, settings_of
 
 TARGETS_MS = {"realtime": 1000, "0": 5000}
@@ -43,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--visits", type=int, default=3, help="visits per trigger (default 3)")
     parser.add_argument("--alerts-per-visit", type=int, default=10000, help="alerts per visit (default 10000)")
     parser.add_argument("--visit-seconds", type=float, default=39.0, help="seconds between visits (default 39)")
-    parser.add_argument("--filters", type=int, default=100, help="generated SQL filters (default 100)")
+    parser.add_argument("--filters", type=int, default=100, help="generated filters (default 100)")
     parser.add_argument("--brokers", type=int, default=20, help="brokers the filters are spread over (default 20)")
     parser.add_argument("--format", default="nocutouts", choices=["full", "nocutouts", "lite"],
                         help="the brokers' format (default nocutouts)")
@@ -55,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[], dest="sets",
                         help="a config setting of the streams, e.g. --set stream.realtime.checkpoint_interval=5m "
                              "(repeatable)")
+    add_load_arguments(parser)
     add_warm_up_flag(parser, "one visit of an earlier night through each stream (both lanes take it in)")
     add_common_arguments(parser)
     return parser.parse_args(argv)
@@ -70,15 +73,15 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
     """
     from bench.alert_cache import EARLIER_NIGHT, CachedSource, cached_visits
     from bench.cpu import cpu_now, cpu_used
-    from bench.filter_sets import cap_value, write_filter_set
+    from bench.filter_sets import cap_value, load_filter_set
     from bench.lags import lag_growth, lag_timeline, lane_batches
     from bench.stream_runner import register_topic, start_stream
     from skyfilter.producers.command import send_source
 
     label = trigger if trigger == "realtime" else f"{trigger}s"
     topic, name = f"bench.sweep.{run_id}.{label}", f"sweep_{run_id}_{label.replace('.', '_')}"
-    filters, brokers = write_filter_set(args.state_dir / "filter_sets" / f"sweep_{args.filters}",
-                                        args.filters, "sql", args.brokers, args.format, cap_value(args.cap))
+    filters, brokers = load_filter_set(args, args.state_dir / "filter_sets" / f"sweep_{args.filters}", args.format,
+                                       cap_value(args.cap))
     register_topic(cfg, topic, schema)
     stream = start_stream(cfg, spark, topic, name, filters, brokers, label, archive_trigger=args.archive_trigger,
                           sets=([f"archive.log_trigger={args.log_trigger}"] if args.log_trigger else []) + args.sets)
@@ -129,6 +132,7 @@ def _s(millis) -> float | None:
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run the benchmark; returns the result files."""
     from bench.alert_cache import cached_visits
+    from bench.filter_sets import cap_value, load_label
     from bench.harness import bench_kafka, bench_schema, bench_spark, driver_and_kafka, kafka_pid
     from bench.report import write_results
 
@@ -154,8 +158,8 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     rate = args.alerts_per_visit / args.visit_seconds
     notes = [f"{args.visits} visit(s) of {args.alerts_per_visit} simulated Rubin alerts "
              f"({'with' if args.stamps else 'without'} cutouts) every {args.visit_seconds:g} s ({rate:.0f} alerts/s; "
-             f"Rubin: 256/s), {args.filters} SQL filters over {args.brokers} brokers (format {args.format}, cap "
-             f"{args.cap}), {args.producers} producer(s); the archive lane ran beside delivery in every run.",
+             f"Rubin: 256/s), {load_label(args, args.format, cap_value(args.cap))}, {args.producers} producer(s); "
+             f"the archive lane ran beside delivery in every run.",
              "Latency: input Kafka append time to the append time of the match's delivery-log record, written by "
              "the same Kafka write as the broker message. drain: last send to last delivery.",
              "CPU: core-seconds from the start of sending until the archive took in the last alert (2 cores: at most "
@@ -186,6 +190,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
 def _plot(rows: list[dict]):
     from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
 
+    from bench.lags import plot_lag
     from bench.report import pyplot
 
     plt = pyplot()
@@ -200,12 +205,8 @@ def _plot(rows: list[dict]):
     latency.set_ylabel("delivery latency (s)")
     latency.legend()
     latency.set_title("Per-match delivery latency")
-    for row in rows:
-        lag.plot([p["t"] for p in row["archive_lag"]], [p["lag"] for p in row["archive_lag"]], label=row["trigger"])
-    lag.set_xlabel("seconds from the first send")
-    lag.set_ylabel("alerts not yet archived")
-    lag.legend(title="delivery trigger")
-    lag.set_title("Archive lane lag (running beside delivery)")
+    plot_lag(lag, [(row["trigger"], row["archive_lag"]) for row in rows], "Archive lane lag (running beside delivery)",
+             "delivery trigger")
     figure.tight_layout()
     return figure
 

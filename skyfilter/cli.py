@@ -172,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 BENCHMARKS = {
+    "broker-load": ("bench.broker_load", "a broker-like filter set at Rubin's rate, with and without the archive"),
     "visit-burst": ("bench.visit_burst", "one 10,000-alert visit to its last delivered match"),
     "trigger-sweep": ("bench.trigger_sweep", "latency and throughput per trigger interval at Rubin cadence"),
     "sustained": ("bench.sustained", "lag and memory over a long night; the largest visit kept up with"),

@@ -15,6 +15,7 @@ import fastavro
 import pytest
 
 from bench.alert_cache import CachedSource, cached_visits
+from bench.broker_load import main as broker_load
 from bench.catch_up import main as catch_up
 from bench.filter_scaling import main as filter_scaling
 from bench.grid import main as grid
@@ -68,6 +69,7 @@ def test_filter_scaling_runs_on_a_tiny_night(kafka_cfg, spark, tmp_path, capsys)
 def test_visit_burst_times_one_visit_to_its_last_delivery(kafka_cfg, spark, tmp_path, capsys):
     result = _run(visit_burst, "visit_burst", ["--alerts", "30", "--warm-up", "10", "--filters", "3", "--brokers", "2",
                                                "--producers", "2", "--no-stamps", "--runs", "0/full/2",
+                                               "--python-filters", "1", "--capped-every", "1",
                                                "--archive-trigger", "1s"],
                   kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
@@ -90,6 +92,23 @@ def test_trigger_sweep_reports_latency_and_archive_lag_per_trigger(kafka_cfg, sp
     cores = result["machine"]["cores"]
     assert row["cpu_driver_s"] > 0 and row["cpu_archive_s"] > 0, "the lanes' CPU, the archive in its own process"
     assert row["cpu_driver_s"] + row["cpu_archive_s"] + row["cpu_kafka_s"] <= cores * row["cpu_window_s"] + 1
+
+
+def test_broker_load_measures_both_lanes_against_delivery_alone(kafka_cfg, spark, tmp_path, capsys):
+    result = _run(broker_load, "broker_load",
+                  ["--modes", "realtime/both,realtime/delivery", "--seconds", "3", "--rate", "10", "--filters", "6",
+                   "--python-filters", "2", "--brokers", "3", "--capped-every", "3", "--cap", "2", "--producers", "1",
+                   "--cached-visits", "2", "--no-stamps", "--set", "archive.trigger=1s",
+                   "--set", "archive.log_trigger=1s"], kafka_cfg, tmp_path, capsys)
+    both, alone = result["results"]
+    assert (both["mode"], alone["mode"]) == ("realtime-both", "realtime-delivery")
+    for row in (both, alone):
+        assert row["alerts"] == 30 and row["messages"] > 0 and row["python_messages"] > 0
+        assert 0 < row["p50_s"] <= row["p95_s"] <= row["p99_s"] <= row["p999_s"] <= row["max_s"]
+    assert both["archive_max_lag"] >= 10 and alone["archive_max_lag"] is None
+    assert both["cpu_archive_s"] > 0 and alone["cpu_archive_s"] == 0, "the archive runs in its own process, or not"
+    notes = (tmp_path / "results" / "broker_load.md").read_text()
+    assert "the delivery-only run" in notes and "Python" in notes
 
 
 def test_sustained_follows_both_lanes_lag_and_memory(kafka_cfg, spark, tmp_path, capsys):

@@ -145,8 +145,8 @@ def test_a_night_moving_from_10_0_to_11_1_while_the_stream_runs(kafka_cfg, spark
     assert all(m.value == by_id[m.headers["alert_id"]].value for m in full)
     lite = read_topic(kafka_cfg, "filtered.evo_lite")
     assert {m.headers["alert_id"] for m in lite} == expected["evo_lite"]
-    capped = read_topic(kafka_cfg, "filtered.evo_capped")
-    assert len(capped) == 16 and {m.headers["alert_id"] for m in capped} <= expected["evo_full"]
+    capped = {m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.evo_capped")}  # resent, not more
+    assert len(capped) == 16 and capped <= expected["evo_full"], "4 per visit, the same after a restart"
     decoded = consume_avro(kafka_cfg, registry_url, "filtered.evo_full", len(full))
     assert {str(v["diaSourceId"]) for v in decoded} == expected["evo_full"]
 

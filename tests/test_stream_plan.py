@@ -24,6 +24,14 @@ from skyfilter.stream.lane import LaneServices
 from skyfilter.stream.monitoring import StreamMonitor
 from skyfilter.stream.quarantine import without_filter
 from skyfilter.stream.realtime import RealtimeLane
+from skyfilter.stream.spark_internals import (
+    compiled_classes,
+    executed_plan,
+    job_descriptions,
+    observed_columns,
+    optimized_plan,
+    write_checkpoint_files,
+)
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, PlanCell, build_plan, probe_batch
 from skyfilter.stream.totals import StreamTotals
 
@@ -63,20 +71,7 @@ def planned(kafka_cfg, spark, tmp_path_factory):
 
 
 def _plan_text(frame) -> str:
-    return frame._jdf.queryExecution().optimizedPlan().toString()
-
-
-def _observed_columns(node) -> list[str]:
-    """The names of the columns the (first) ``observe`` node of a JVM logical plan is given."""
-    if node.nodeName() == "CollectMetrics":
-        output = node.child().output()
-        return [output.apply(i).name() for i in range(output.size())]
-    children = node.children()
-    for i in range(children.size()):
-        found = _observed_columns(children.apply(i))
-        if found:
-            return found
-    return []
+    return optimized_plan(frame)
 
 
 def test_the_delivery_query_decodes_once_without_cutouts_and_caches_nothing(spark, planned):
@@ -88,7 +83,7 @@ def test_the_delivery_query_decodes_once_without_cutouts_and_caches_nothing(spar
     assert not [f for f in reader["fields"] if f["name"].startswith("cutout")]
     assert planned["plan"].reader_json in plan, "the reader schema without cutouts is the one from_avro resolves to"
     assert "InMemoryRelation" not in plan, "nothing is cached on the delivery path"
-    executed = rows._jdf.queryExecution().executedPlan().toString()
+    executed = executed_plan(rows)
     assert executed.count("Exchange hashpartitioning(visit_id") == 1, "the caps are one window over each visit"
     assert "ArrowEvalPython" in executed, "all Python filters in one pandas UDF"
     assert rows.columns == ["topic", "key", "value", "headers"]
@@ -101,11 +96,20 @@ def test_the_realtime_query_decodes_once_and_observes_no_field_of_the_alert(spar
                         SummaryWriter(planned["plan"].cfg, "unused"))
     try:
         lane.take_plan()
-        rows = lane._rows(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
+        assert len(lane.brokers()) == 3, "Real-time Mode serves the capped broker with a Python filter too"
+        rows = lane._rows(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "plan-probe")
     finally:
         lane.close()
-    assert _plan_text(rows).count("from_avro(") == 1, "each alert is decoded once"
-    columns = set(_observed_columns(rows._jdf.queryExecution().optimizedPlan()))
+    spark.conf.set("spark.sql.debug.maxToStringFields", "100000")  # every projected column printed
+    try:
+        plan = _plan_text(rows)
+    finally:
+        spark.conf.unset("spark.sql.debug.maxToStringFields")
+    assert plan.count("from_avro(") == 1, "each alert is decoded once"
+    assert plan.count("skyfilter_python_filters(") == 1, "its Python filters called once per alert"
+    assert plan.count("skyfilter_visit_cap(") == 2, "one cap decision per capped broker (p_full, p_nocut)"
+    assert "ArrowEvalPython" not in executed_plan(rows), "no pandas UDF: Real-time Mode would hold its answers"
+    columns = set(observed_columns(rows))
     assert not columns & set(alert_field_names(planned["plan"].reader_json)), sorted(columns)
     assert {"_f_snr", "kafka_value"} <= columns and any(c.startswith("_encoded_") for c in columns)
     assert rows.columns == ["topic", "key", "value", "headers"]
@@ -120,7 +124,7 @@ def test_without_caps_the_delivery_query_has_no_shuffle(spark, planned):
         rows, _ = lane.outgoing(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), 0)
     finally:
         lane.serves = lambda broker, plan: True
-    assert "Exchange" not in rows._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in executed_plan(rows)
 
 
 def test_later_batches_run_the_code_the_first_one_generated(spark, planned, tmp_path):
@@ -128,15 +132,14 @@ def test_later_batches_run_the_code_the_first_one_generated(spark, planned, tmp_
     alert projection on every batch, and the JIT start over on it: only the first batch may compile."""
     path = tmp_path / "probe"
     probe_batch(spark, planned["plan"]).write.parquet(str(path))  # not a local relation: no folding
-    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
     counts = []
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # as in a streaming query
     try:
         for batch_id in (101, 102, 103):
-            before = compiled.getCount()
+            before = compiled_classes(spark)
             rows, _ = planned["lane"].outgoing(spark.read.parquet(str(path)), batch_id)
             rows.write.format("noop").mode("overwrite").save()
-            counts.append(compiled.getCount() - before)
+            counts.append(compiled_classes(spark) - before)
     finally:
         spark.conf.unset("spark.sql.adaptive.enabled")
     assert counts[1:] == [0, 0], f"classes compiled per batch: {counts}"
@@ -154,14 +157,7 @@ def test_a_micro_batch_is_one_spark_job(kafka_cfg, spark, planned):
 
 def _jobs_described_as(spark, text: str) -> list[str]:
     """Descriptions of the jobs Spark ran whose description holds ``text`` (a streaming query names its jobs)."""
-    iterator = spark.sparkContext._jsc.sc().statusStore().jobsList(None).iterator()
-    found = []
-    while iterator.hasNext():
-        job = iterator.next()
-        description = job.description().get() if job.description().isDefined() else ""
-        if text in description:
-            found.append(description.replace("\n", " "))
-    return found
+    return [description.replace("\n", " ") for description in job_descriptions(spark) if text in description]
 
 
 def _round_trips(monkeypatch, action) -> int:
@@ -287,17 +283,10 @@ def _processes_started() -> int:
 def test_checkpoint_files_are_written_without_starting_a_process_per_call(spark, tmp_path):
     """A stream writes two checkpoint files per batch.  Spark's default writer (Hadoop's FileContext) starts
     about 20 processes per file on a local disk (chmod, readlink); the one in spark-defaults.conf about 4."""
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path
-    managers = jvm.org.apache.spark.sql.execution.streaming.checkpointing
-    hadoop_conf = spark._jsparkSession.sessionState().newHadoopConf()
-    manager = managers.CheckpointFileManager.create(path(tmp_path.as_uri()), hadoop_conf)
     files = 20
     before = _processes_started()
-    for batch in range(files):
-        out = manager.createAtomic(path((tmp_path / str(batch)).as_uri()), False)
-        out.write(bytearray(b'v1\n{"batchWatermarkMs":0}\n'))
-        out.close()
+    write_checkpoint_files(spark, tmp_path.as_uri(), [str(batch) for batch in range(files)],
+                           b'v1\n{"batchWatermarkMs":0}\n')
     started = _processes_started() - before
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == sorted(map(str, range(files)))
     assert started < 10 * files, f"{started} processes started for {files} checkpoint files"

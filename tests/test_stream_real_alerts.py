@@ -165,12 +165,14 @@ def test_archived_real_alerts_restore_to_the_original_bytes(kafka_cfg, spark, da
 def test_archives_of_the_earlier_layout_restore_to_the_original_bytes(kafka_cfg, spark, dataset, request):
     """Archives written before the message column (images in a ``cutouts`` table, a hash of each message):
     the fields are re-encoded with the writer schema, the images rejoined, each checked against its hash."""
+    from skyfilter.core.avro_schemas import without_fields
     from skyfilter.stream.archive import (
         LEGACY_HASH_COLUMN,
         MESSAGE_KEY,
         archived_schema,
         restore_legacy_messages,
         with_cutouts,
+        with_fields,
     )
     from skyfilter.stream.tables import table_paths
 
@@ -179,7 +181,8 @@ def test_archives_of_the_earlier_layout_restore_to_the_original_bytes(kafka_cfg,
     schema_id, schema_json = archived_schema(spark, tables["schemas"])
     schema = json.loads(schema_json)
     cutouts = cutout_fields(schema)
-    current = with_cutouts(spark.read.format("delta").load(str(tables["alerts"])), schema)
+    raw = spark.read.format("delta").load(str(tables["alerts"]))
+    current = with_cutouts(with_fields(raw, {schema_id: schema_json}, without_fields(schema, cutouts, None)), schema)
     legacy_alerts = current.withColumn(LEGACY_HASH_COLUMN, F.xxhash64("kafka_value")).drop("kafka_value", *cutouts)
     legacy_images = current.select("alert_id", *MESSAGE_KEY, *cutouts)
     restored = restore_legacy_messages(legacy_alerts, legacy_images, schema_json, schema_id) \

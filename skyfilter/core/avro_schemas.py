@@ -120,6 +120,37 @@ def cutout_fields(definition: dict) -> list[str]:
     return [f["name"] for f in definition["fields"] if f["name"].lower().startswith("cutout")]
 
 
+def only_paths(definition: dict, paths: list[str]) -> dict:
+    """A reader schema of ``definition`` (a record) keeping only the fields on these dotted paths, nested records
+    pruned the same way (a record inside a union too); names unchanged, so Avro resolution accepts it and skips
+    every other field of the writer's records.  Falls back to ``definition`` when the pruned schema does not
+    stand on its own (a kept field referring to a named type defined in a dropped one)."""
+    wanted: dict[str, list[str]] = {}
+    for path in paths:
+        head, _, rest = path.partition(".")
+        wanted.setdefault(head, []).append(rest)
+    fields = []
+    for field in definition["fields"]:
+        if field["name"] not in wanted:
+            continue
+        inner = [rest for rest in wanted[field["name"]] if rest]
+        fields.append({**field, "type": _pruned_type(field["type"], inner)} if inner else field)
+    pruned = {**definition, "fields": fields}
+    try:
+        parse_schema(clean_schema(pruned), _write_hint=False)
+    except Exception:  # noqa: BLE001 - fastavro's SchemaParseException and friends: the whole reader then
+        return definition
+    return pruned
+
+
+def _pruned_type(avro_type, paths: list[str]):
+    if isinstance(avro_type, dict) and avro_type.get("type") == "record":
+        return only_paths(avro_type, paths)
+    if isinstance(avro_type, list):
+        return [_pruned_type(member, paths) for member in avro_type]
+    return avro_type
+
+
 def without_fields(definition: dict, names: list[str], suffix: str | None = "nocutouts") -> dict:
     """A copy of a record schema without some top-level fields, under a distinct name.
 

@@ -118,6 +118,8 @@ class Bench:
 class Realtime:
     checkpoint_interval: str
     fetch_max_wait_ms: int
+    python_filters: bool
+    caps: bool
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ class Archive:
     max_offsets_per_trigger: int | None
     process: str
     nice: int
+    cpu_group: bool
     stop_timeout_s: float
     driver_memory: str | None  # null: spark.driver.memory
 

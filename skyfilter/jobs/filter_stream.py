@@ -80,7 +80,8 @@ def triggers(cfg: Config, available_now: bool, log=print) -> Triggers:
         return Triggers("availableNow", "availableNow", "", "availableNow")
     delivery = cfg.stream.trigger.strip().lower()
     if delivery == "auto":
-        delivery, why = auto_trigger(cfg.path("stream.filters_dir"), cfg.path("stream.brokers"))
+        delivery, why = auto_trigger(cfg.path("stream.filters_dir"), cfg.path("stream.brokers"), cfg.stream.realtime,
+                                     local_cores(configured_master()) is not None)
         log(f"trigger auto -> {delivery}: {why}")
     if delivery != REALTIME:
         delivery = "0s" if duration(delivery) == "0 seconds" else delivery
@@ -95,8 +96,9 @@ def lane_slots(cfg: Config, topic: str, triggers_: Triggers, lanes: set[str], co
     Spark starts."""
     delivery = "delivery" in lanes
     realtime = delivery and triggers_.delivery == REALTIME
-    micro_batches = delivery and (not realtime or auto_trigger(cfg.path("stream.filters_dir"),
-                                                               cfg.path("stream.brokers"))[0] != REALTIME)
+    micro_batches = delivery and (not realtime or auto_trigger(
+        cfg.path("stream.filters_dir"), cfg.path("stream.brokers"), cfg.stream.realtime,
+        local_cores(configured_master()) is not None)[0] != REALTIME)
     partitions = (topic_partitions(cfg, topic) or cfg.topics.alerts_partitions) if realtime else 0
     return plan_slots(cfg, cores, partitions, micro_batches, "archive" in lanes)
 
@@ -151,9 +153,10 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     job = StreamJob(spark, cfg, plan, plan_triggers, lanes, slots, log)
     try:
         if apart:
-            job.watch_archive_process(ArchiveProcess(archive_arguments(args, cfg, topic, name),
-                                                     cfg.archive.nice, job.totals,
-                                                     cfg.run_dir / f"filter_stream.{name}.archive.log", log).start())
+            archive = ArchiveProcess(archive_arguments(args, cfg, topic, name), cfg.archive.nice, job.totals,
+                                     cfg.run_dir / f"filter_stream.{name}.archive.log", log, cfg.archive.cpu_group)
+            log(f"archive lane: a process of its own, at a lower CPU priority: {archive.priority}")
+            job.watch_archive_process(archive.start())
         job.start()
         running = ", ".join(f"{lane} (trigger {_label(job, lane)})" for lane in ("realtime", "delivery", "archive")
                             if lane in job.queries or (lane == "archive" and job.archive is not None))

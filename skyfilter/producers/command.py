@@ -60,13 +60,16 @@ def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
 
 
 def send_source(cfg: Config, topic: str, source: AlertSource, schema: dict, interval_s: float, processes: int = 1,
-                progress: bool = True, log=print, producer_settings: dict | None = None) -> ProduceReport:
+                progress: bool = True, log=print, producer_settings: dict | None = None,
+                spread_s: float = 0.0) -> ProduceReport:
     """Create the topic, register the schema and produce every visit of ``source`` (as the producer principal).
 
-    ``producer_settings`` override the config's librdkafka ``producer`` section (benchmarks compare them).
+    ``producer_settings`` override the config's librdkafka ``producer`` section (benchmarks compare them);
+    ``spread_s``: each visit's alerts sent evenly over that many seconds (a steady rate) instead of at once.
     """
     cfg = act_as(cfg, "producer")
     ensure_topics(cfg, {topic: cfg.topics.alerts_partitions})
     source.schema_id = open_registry(cfg).register(subject_for(topic), schema, same_alerts=True)
     conf = client_settings(cfg, **(cfg.section("producer") | (producer_settings or {})))
-    return run_producers(conf, topic, source, source.schema_id, interval_s, max(1, processes), progress, log)
+    return run_producers(conf, topic, source, source.schema_id, interval_s, max(1, processes), progress, log,
+                         spread_s)

@@ -85,8 +85,9 @@ class ProduceReport:
 
 
 def produce_share(producer: Producer, topic: str, source: AlertSource, visit: int, share: int, shares: int,
-                  on_progress=None) -> dict:
-    """Send one process's share of a visit and wait for every delivery report."""
+                  on_progress=None, spread_s: float = 0.0) -> dict:
+    """Send one process's share of a visit and wait for every delivery report; with ``spread_s``, the share's
+    alerts are sent evenly over that many seconds instead of at once (a steady rate, not a burst)."""
     failures = {"count": 0, "first": ""}
 
     def delivered(error, _message):
@@ -96,7 +97,11 @@ def produce_share(producer: Producer, topic: str, source: AlertSource, visit: in
 
     sent = size = pending = 0
     start = time.time()
+    gap = spread_s * shares / max(source.alerts_per_visit, 1)
     for key, value in source.messages(visit, share, shares):
+        if gap:
+            time.sleep(max(0.0, start + sent * gap - time.time()))
+            producer.poll(0)
         while True:
             try:
                 producer.produce(topic, value=value, key=key, on_delivery=delivered)
@@ -120,7 +125,7 @@ def produce_share(producer: Producer, topic: str, source: AlertSource, visit: in
 
 
 def _worker(conf: dict, topic: str, source: AlertSource, share: int, shares: int, interval_s: float,
-            clock_start, results: mp.Queue) -> None:
+            clock_start, results: mp.Queue, spread_s: float = 0.0) -> None:
     """A producer process: its share prepared, then one Producer sending its share of every visit on time."""
     producer = Producer(conf)
     source.prepare(share, shares)
@@ -130,7 +135,7 @@ def _worker(conf: dict, topic: str, source: AlertSource, share: int, shares: int
     for visit, start_at in _schedule(clock_start.value, source.visits, interval_s):
         time.sleep(max(0.0, start_at - time.time()))
         results.put(("done", produce_share(producer, topic, source, visit, share, shares,
-                                           lambda n: results.put(("progress", n)))))
+                                           lambda n: results.put(("progress", n)), spread_s)))
 
 
 def _schedule(began: float, visits: int, interval_s: float) -> list[tuple[int, float]]:
@@ -139,8 +144,9 @@ def _schedule(began: float, visits: int, interval_s: float) -> list[tuple[int, f
 
 
 def run_producers(conf: dict, topic: str, source: AlertSource, schema_id: int, interval_s: float,
-                  processes: int = 1, progress: bool = True, log=print) -> ProduceReport:
-    """Produce every visit of ``source`` with ``processes`` producer processes.
+                  processes: int = 1, progress: bool = True, log=print, spread_s: float = 0.0) -> ProduceReport:
+    """Produce every visit of ``source`` with ``processes`` producer processes (each visit spread over
+    ``spread_s`` seconds, see :func:`produce_share`).
 
     The visits' clock starts once every process has prepared its share
     (:meth:`AlertSource.prepare`), so the first visit is not late and the next
@@ -158,12 +164,12 @@ def run_producers(conf: dict, topic: str, source: AlertSource, schema_id: int, i
         began = time.time()
         for visit, start_at in _schedule(began, source.visits, interval_s):
             time.sleep(max(0.0, start_at - time.time()))
-            _record(report, produce_share(producer, topic, source, visit, 0, 1, bar.update), 1, log)
+            _record(report, produce_share(producer, topic, source, visit, 0, 1, bar.update, spread_s), 1, log)
     else:
         context = mp.get_context("spawn")
         results, clock_start = context.Queue(), context.Value("d", 0.0)
         workers = [context.Process(target=_worker, args=(conf, topic, source, share, processes, interval_s,
-                                                         clock_start, results), daemon=True)
+                                                         clock_start, results, spread_s), daemon=True)
                    for share in range(processes)]
         for worker in workers:
             worker.start()

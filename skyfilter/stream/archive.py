@@ -1,18 +1,21 @@
-"""The night archive's layout: every alert's fields beside its original message, and its images read from it.
+"""The night archive's layout: every alert's original message and the columns it is found by.
 
-``alerts`` holds, per accepted alert, the fields filters see (decoded without
-the cutouts, as the delivery lane decodes them), the Kafka metadata and
-``kafka_value``: the original message, byte for byte.  So replay re-emits the
-exact bytes with no re-encoding, whatever the writer schema was, and the
-images, which only a person looking at an alert needs, are decoded from those
-bytes on read (:func:`with_cutouts`) instead of being written a second time.
-Parquet reads only the columns a query names, so the message column costs a
-query over alert fields nothing.  ``schemas`` holds the writer schema of every
-id seen, so the archive describes itself.
+``alerts`` holds, per accepted alert, ``kafka_value``: the original message,
+byte for byte, with its Kafka metadata, its night (the partition), visit,
+alert id and writer schema id: the *raw* layout.  The archive lane decodes
+only the few fields those come from (Avro skips the rest), and the alert's
+fields are decoded when a night is read (:func:`with_fields`): replay and
+re-filtering decode anyway, and writing thousands of nested columns was most
+of the archive's cost (docs/performance.md).  Replay re-emits the exact bytes,
+whatever the writer schema was, and the images come from the same bytes on
+read (:func:`with_cutouts`).  ``schemas`` holds the writer schema of every id
+seen, so the archive describes itself.
 
-Archives written before this layout (a ``cutouts`` table and a message hash
-instead of ``kafka_value``) are still read: their messages are restored by
-re-encoding the fields with the writer schema and checked against the hash.
+Archives of the layout before (the decoded fields beside the message) are read
+as they are and a stream keeps appending to them in that layout; archives of
+the earliest one (a ``cutouts`` table and a message hash instead of
+``kafka_value``) are still read: their messages are restored by re-encoding
+the fields with the writer schema and checked against the hash.
 """
 
 from __future__ import annotations
@@ -24,18 +27,52 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-from skyfilter.core.avro_schemas import cutout_fields, schema_text
+from skyfilter.core.alert_columns import AlertColumns
+from skyfilter.core.avro_schemas import cutout_fields, only_paths, schema_text
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.wire import HEADER_SIZE, frame
+from skyfilter.stream.decode import KAFKA_COLUMNS
+from skyfilter.stream.input_schemas import per_writer
+from skyfilter.stream.spark_internals import unresolved_column_names
 from skyfilter.stream.tables import is_table
 
 MESSAGE_KEY = ["night", "kafka_topic", "kafka_partition", "kafka_offset"]
+RAW_COLUMNS = [*KAFKA_COLUMNS, "night", "visit_id", "alert_id", "schema_id"]  # the raw layout's columns
+STATS_COLUMNS = ["visit_id", "alert_id", "schema_id", "kafka_timestamp", "kafka_partition", "kafka_offset"]
 LEGACY_HASH_COLUMN = "message_xxhash64"
 
 
-def archive_rows(accepted: DataFrame) -> DataFrame:
-    """The ``alerts`` rows of decoded, accepted alerts: every column but the decode's reject reason."""
-    return accepted.drop("reject_reason")
+def archive_rows(accepted: DataFrame, raw: bool = False) -> DataFrame:
+    """The ``alerts`` rows of decoded, accepted alerts: every column but the decode's reject reason, or (``raw``)
+    the message and the columns the archive is partitioned and looked up by."""
+    return accepted.select(*RAW_COLUMNS) if raw else accepted.drop("reject_reason")
+
+
+def index_paths(spark: SparkSession, columns: AlertColumns) -> list[str]:
+    """The alert fields the raw layout decodes: those its alert id, observation time and visit are made of."""
+    return list(dict.fromkeys(path for expression in (columns.alert_id, columns.time_mjd, columns.visit_id)
+                              for path in unresolved_column_names(spark, expression)))
+
+
+def index_reader(reader: dict, paths: list[str]) -> str:
+    """The reader schema of the raw layout's decode: ``reader`` pruned to ``paths`` (Avro skips the rest)."""
+    return schema_text(only_paths(reader, paths))
+
+
+def is_raw(alerts: DataFrame) -> bool:
+    """Whether an ``alerts`` table is of the raw layout (the message and its index columns, no alert field)."""
+    return set(alerts.columns) <= set(RAW_COLUMNS)
+
+
+def with_fields(alerts: DataFrame, writers: dict[int, str], reader: dict) -> DataFrame:
+    """Raw-layout alerts with the alert's fields beside them, as the stream's filters see them (``reader``: the
+    fields to decode, cutouts left out), decoded from each row's message with the writer schema of its id."""
+    options = {"mode": "PERMISSIVE", "avroSchema": schema_text(reader)}
+    body = F.expr(f"substring(kafka_value, {HEADER_SIZE + 1})")
+    decoded = per_writer(F.col("schema_id"), {i: from_avro(body, text, options) for i, text in writers.items()})
+    names = [field["name"] for field in reader["fields"]]
+    return alerts.withColumn("_alert", decoded).select(*alerts.columns, *[F.col(f"_alert.`{n}`").alias(n)
+                                                                           for n in names])
 
 
 def with_cutouts(alerts: DataFrame, schema: dict, cutouts: list[str] | None = None) -> DataFrame:

@@ -28,11 +28,12 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.stream.archive import archive_rows, record_schema
-from skyfilter.stream.decode import is_accepted
+from skyfilter.stream.archive import STATS_COLUMNS, archive_rows, index_paths, index_reader, is_raw, record_schema
+from skyfilter.stream.decode import decode, is_accepted
 from skyfilter.stream.delivery_log import SummaryWriter, checkpoint_query_id
 from skyfilter.stream.lane import Lane, LaneServices
 from skyfilter.stream.nightly_topics import NightlyTopics
+from skyfilter.stream.spark_internals import observation_ready
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA
 from skyfilter.stream.tables import append, create_table, is_table, nullable
 
@@ -52,6 +53,9 @@ class ArchiveLane(Lane):
         self.nightly = NightlyTopics(plan.cfg, plan.topic) \
             if plan.cfg.stream.nightly_topics.enabled else None
         self.merge_schema = False  # set when the table was written with an older reader schema
+        self.raw = True  # the raw layout (message and index columns); False: an archive of decoded fields
+        self.index_paths: list[str] = []  # the alert fields the raw layout decodes (prepare)
+        self.readers: tuple = (None, "")  # (the input schemas, their index reader) of the last batch
         # original messages never repeat: Parquet's dictionary would only cost time to try
         self.spark.conf.set("parquet.enable.dictionary#kafka_value", "false")
 
@@ -68,13 +72,30 @@ class ArchiveLane(Lane):
                 f"{path} is an archive of an earlier skyfilter (images in a separate cutouts table): "
                 f"replay_night.py still reads it, but new alerts go to a new archive; start the stream with "
                 f"another --name, or move {path.parent} away")
-        empty = self.plan.decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
+        if is_table(self.spark, path):
+            self.raw = is_raw(self.spark.read.format("delta").load(str(path)))
+            if not self.raw:
+                self.log(f"archive lane: {path} holds decoded alert fields (the layout before the raw one): new "
+                         f"alerts keep that layout")
+        self.index_paths = index_paths(self.spark, self.plan.columns)
+        empty = self._decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
         self._record_schemas(self.plan.inputs.readable)
         columns = nullable(self._alerts(empty).schema)
         if is_table(self.spark, path):
             existing = self.spark.read.format("delta").load(str(path)).schema
             self.merge_schema = nullable(existing).simpleString() != columns.simpleString()
-        create_table(self.spark, path, columns, "night")
+        create_table(self.spark, path, columns, "night", STATS_COLUMNS if self.raw else None)
+
+    def _decode(self, batch: DataFrame) -> DataFrame:
+        """The batch's messages decoded as the layout needs: the index fields alone (raw), or as filters see
+        them."""
+        if not self.raw:
+            return self.plan.decode(batch)
+        plan = self.plan
+        if self.readers[0] is not plan.inputs:  # a new input schema version widened the reader
+            self.readers = (plan.inputs, index_reader(plan.inputs.reader, self.index_paths))
+        return decode(batch, plan.inputs, plan.columns, plan.night_offset_hours, plan.max_alert_bytes,
+                      self.readers[1])
 
     def _record_schemas(self, writers: dict[int, str]) -> None:
         for schema_id, text in writers.items():
@@ -84,7 +105,7 @@ class ArchiveLane(Lane):
         started = time.time()
         self._record_schemas(self.refresh_inputs())
         self.take_plan()
-        decoded = self.plan.decode(batch)
+        decoded = self._decode(batch)
         observation = Observation(f"archive_{next(_observation_ids)}")
         append(self._alerts(decoded.observe(observation, *archive_figures())), self.plan.tables["alerts"],
                self.app_id, batch_id, "night", merge_schema=self.merge_schema)
@@ -100,11 +121,10 @@ class ArchiveLane(Lane):
             self.summaries.write(self._summary(batch_id, started, finished, stats, figures))
         self._report(batch_id, started, finished, stats, figures)
 
-    @staticmethod
-    def _alerts(decoded: DataFrame) -> DataFrame:
+    def _alerts(self, decoded: DataFrame) -> DataFrame:
         """The batch's ``alerts`` rows.  Nothing in them depends on the batch: Spark compiles the query's code
         once and reuses it (a literal such as the batch id would be compiled into the code of every batch)."""
-        return archive_rows(decoded.where(is_accepted()))
+        return archive_rows(decoded.where(is_accepted()), self.raw)
 
     def _stats(self, decoded: DataFrame, observation: Observation) -> dict:
         """Counts, nights and input append times of the batch's messages, as the alerts append observed them.
@@ -112,10 +132,7 @@ class ArchiveLane(Lane):
         A batch retried after a crash may find its alerts already committed: Delta then skips the append,
         nothing is observed, and the figures take a pass of their own.
         """
-        if observation._jo.future().isCompleted():
-            row = observation.get
-        else:
-            row = decoded.agg(*archive_figures()).first().asDict()
+        row = observation.get if observation_ready(observation) else decoded.agg(*archive_figures()).first().asDict()
         return {"input_alerts": row["input"], "rejected": row["rejected"], "archived": row["input"] - row["rejected"],
                 "appended_ms": row["q"] or [None, None, None], "first_ms": row["first"],
                 "nights": sorted(night for night in row["nights"] if night)}

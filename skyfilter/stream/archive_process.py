@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from skyfilter.core.config import Config
+from skyfilter.core.cpu_share import IdleGroup, group_name, idle_group
 from skyfilter.core.processes import lower_priority
 from skyfilter.stream.totals import StreamTotals
 
@@ -58,10 +59,17 @@ def runs_apart(cfg: Config, lanes: set[str], available_now: bool, master_is_loca
 class ArchiveProcess:
     """A child ``filter_stream.py --lane archive`` process: started, watched, restarted, stopped."""
 
-    def __init__(self, arguments: list[str], nice: int, totals: StreamTotals, errors_to: Path, log=print):
+    def __init__(self, arguments: list[str], nice: int, totals: StreamTotals, errors_to: Path, log=print,
+                 cpu_group: bool = False):
         self.command = [sys.executable, "-m", JOB, *arguments]
         self.errors_to = errors_to  # the child's standard error, whole (Spark's log included)
         self.nice = nice
+        self.group: IdleGroup | None = None
+        self.priority = f"nice {nice}"  # how the child's CPU priority is lowered, for the start line
+        if cpu_group:
+            self.group, how = idle_group(group_name("archive"))
+            self.priority = (f"an idle cgroup ({how}: {self.group}) and nice {nice}" if self.group is not None
+                             else f"nice {nice} (no idle cgroup: {how})")
         self.totals = totals
         self.log = log
         self.process: subprocess.Popen | None = None
@@ -92,6 +100,8 @@ class ArchiveProcess:
     def _in_child(self) -> None:
         """In the child before it runs: lower its priority, its session's included; die with the parent (a
         killed parent leaves no archive running on its own: the next start would run a second one)."""
+        if self.group is not None:
+            self.group.join()
         lower_priority(self.nice)
         if sys.platform.startswith("linux"):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -160,12 +170,14 @@ class ArchiveProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         code = self._wait(deadline)
-        if code == 0:
-            return code
-        self.log(f"archive lane (pid {self.process.pid}) ended with code {code} before archiving everything "
-                 f"delivered: catching up with a one-shot run")
-        self.start("--available-now")
-        return self._wait(deadline)
+        if code != 0:
+            self.log(f"archive lane (pid {self.process.pid}) ended with code {code} before archiving everything "
+                     f"delivered: catching up with a one-shot run")
+            self.start("--available-now")
+            code = self._wait(deadline)
+        if self.group is not None:
+            self.group.remove()
+        return code
 
     def _wait(self, deadline: float) -> int:
         """Wait for the child until ``deadline``; then stop it (it resumes from its checkpoints on the next

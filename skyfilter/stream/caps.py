@@ -32,6 +32,7 @@ from skyfilter.stream.steps import Step, apply_steps, drop, select, with_columns
 DELIVERED_BEFORE = "_delivered_before"  # per visit, what each capped broker received in earlier batches (JSON)
 SENT_BEFORE = "_sent_before"  # this alert's visit's entry of it: what each capped broker received before
 RECENT_NIGHTS = 2  # a visit never spans more than this many nights: older counts are forgotten
+VISIT_CAP_FUNCTION = "skyfilter_visit_cap"  # Real-time Mode's cap, VisitCapLedger's SQL function
 
 
 class BrokerVisit(NamedTuple):
@@ -118,6 +119,31 @@ def decision_steps(brokers: list[BrokerSpec]) -> list[Step]:
     for slot, _ in live_brokers(brokers):
         decisions.setdefault(kept(slot), F.col(matched_filters(slot)).isNotNull())
     return [with_columns({SENT_BEFORE: already}), drop(DELIVERED_BEFORE), with_columns(decisions), drop(SENT_BEFORE)]
+
+
+def realtime_cap_step(brokers: list[BrokerSpec], ledger: str) -> Step:
+    """The ``kept`` columns in Real-time Mode: a capped broker's match is kept when the stream's visit cap
+    ledger admits it (``skyfilter/stream/jvm/VisitCapLedger.java``: the first matches of a visit to arrive,
+    across partitions and restarts); an uncapped broker keeps every match."""
+    decisions = {}
+    for slot, broker in live_brokers(brokers):
+        is_match = F.col(matched_filters(slot)).isNotNull()
+        if broker.max_alerts_per_visit is None:
+            decisions[kept(slot)] = is_match
+        else:
+            decisions[kept(slot)] = is_match & F.call_function(
+                VISIT_CAP_FUNCTION, F.lit(ledger), F.lit(broker.name), F.col("night"), F.col("visit_id"),
+                F.col("alert_id"), F.lit(int(broker.max_alerts_per_visit)))
+    return with_columns(decisions)
+
+
+def realtime_broker_visits(counts: list[tuple[str, int | None, str, int, int]], brokers: list[BrokerSpec]
+                           ) -> CapDecision:
+    """The ledger's counts since the last checkpoint, (night, visit, broker, matched, admitted), as the
+    ``broker_visits`` rows of capped brokers."""
+    caps = {b.name: b.max_alerts_per_visit for b in brokers}
+    return CapDecision([BrokerVisit(night, visit, broker, caps.get(broker), matched, admitted, matched - admitted)
+                        for night, visit, broker, matched, admitted in sorted(counts, key=str)])
 
 
 class VisitCaps:

@@ -24,7 +24,7 @@ from skyfilter.core.filter_loader import FilterSpec
 from skyfilter.stream.batch_figures import observe_steps
 from skyfilter.stream.caps import DELIVERED_BEFORE, VisitCaps, capped, decision_steps, slim_steps
 from skyfilter.stream.decode import alert_field_names, decode_steps, is_accepted
-from skyfilter.stream.filter_eval import filter_steps
+from skyfilter.stream.filter_eval import FilterSet, filter_steps
 from skyfilter.stream.outgoing import (
     BATCH_ID_COLUMN,
     broker_match_step,
@@ -32,7 +32,7 @@ from skyfilter.stream.outgoing import (
     message_steps,
     with_batch_id,
 )
-from skyfilter.stream.plan_template import PlanTemplate
+from skyfilter.stream.spark_internals import PlanTemplate
 from skyfilter.stream.steps import JvmSteps, Step, apply_steps, drop
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
 
@@ -45,20 +45,25 @@ def lane_filters(plan: StreamPlan, brokers: list[BrokerSpec]) -> list[FilterSpec
     return [spec for spec in plan.filters if spec.name in wanted]
 
 
-def evaluate_steps(plan: StreamPlan, brokers: list[BrokerSpec], unknown_fails: bool = False) -> list[Step]:
+def evaluate_steps(plan: StreamPlan, brokers: list[BrokerSpec], realtime: bool = False,
+                   workers: FilterSet | None = None) -> list[Step]:
     """Kafka rows to alerts decoded without cutouts, with each filter's verdict and each broker's matches.
 
-    ``unknown_fails``: an input schema id the plan does not know stops the query (see ``skyfilter/stream/decode.py``).
+    ``realtime``: an input schema id the plan does not know stops the query (see ``skyfilter/stream/decode.py``),
+    and Python filters report only their errors; ``workers``: the Python filters are called alert by alert in
+    these filter workers instead of a pandas UDF (Real-time Mode).
     """
+    budget = plan.cfg.stream.filter_time_budget_s
     return [*decode_steps(plan.inputs, plan.columns, plan.night_offset_hours, plan.max_alert_bytes,
-                          plan.reader_json, unknown_fails),
-            *filter_steps(lane_filters(plan, brokers), is_accepted()), broker_match_step(brokers)]
+                          plan.reader_json, realtime),
+            *filter_steps(lane_filters(plan, brokers), is_accepted(), budget, not realtime, workers),
+            broker_match_step(brokers)]
 
 
-def evaluate(plan: StreamPlan, raw: DataFrame, brokers: list[BrokerSpec], unknown_fails: bool = False
-             ) -> DataFrame:
+def evaluate(plan: StreamPlan, raw: DataFrame, brokers: list[BrokerSpec], realtime: bool = False,
+             workers: FilterSet | None = None) -> DataFrame:
     """Kafka rows decoded without cutouts, with each filter's verdict and each broker's matched filters."""
-    return apply_steps(raw, evaluate_steps(plan, brokers, unknown_fails))
+    return apply_steps(raw, evaluate_steps(plan, brokers, realtime, workers))
 
 
 def encode_and_narrow_steps(plan: StreamPlan, brokers: list[BrokerSpec], decided: bool) -> list[Step]:
@@ -106,7 +111,7 @@ class DeliveryProgram:
         """The Kafka rows of a batch of input rows, and the observation that will hold its figures.
 
         The first batch's query is built and analysed; later batches replay it on their rows
-        (:class:`~skyfilter.stream.plan_template.PlanTemplate`), with their id and the caps' memory.
+        (:class:`~skyfilter.stream.spark_internals.PlanTemplate`), with their id and the caps' memory.
         """
         values = {BATCH_ID_COLUMN: str(batch_id), DELIVERED_BEFORE: caps.delivered_before(self.brokers)}
         if self._template is not None:

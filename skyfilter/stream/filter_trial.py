@@ -15,7 +15,6 @@ reads) divided by the alerts, over several runs (Spark's job overhead included: 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from skyfilter.stream.filter_eval import (
 )
 from skyfilter.stream.input_schemas import InputSchemas
 from skyfilter.stream.night_reader import NightSelection, read_messages
+from skyfilter.stream.spark_internals import referenced_columns, unresolved_column_names
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA
 from skyfilter.stream.tables import table_paths
 
@@ -188,10 +188,7 @@ def condition_columns(frame: DataFrame, condition: str) -> list[str]:
     The timing pass copies the sample 10,000 times or more: whole Rubin alerts (their
     histories) would fill the driver's memory, the columns the filter reads do not.
     """
-    references = frame.select(F.expr(condition))._jdf.queryExecution().analyzed().references().iterator()
-    names = set()
-    while references.hasNext():
-        names.add(references.next().name())
+    names = referenced_columns(frame, condition)
     return [name for name in frame.columns if name in names] or frame.columns[:1]
 
 
@@ -201,10 +198,7 @@ def shown_columns(spark: SparkSession, spec: FilterSpec) -> list[tuple[str, str]
         return [(n, e) for n, e in spec.selects if n != "alert_id"]
     if spec.kind == "python":
         return [(c, c) for c in spec.columns]
-    parser = spark._jsparkSession.sessionState().sqlParser()
-    nodes = json.loads(parser.parseExpression(spec.condition).toJSON())
-    names = [node["nameParts"].strip("[]").replace(", ", ".") for node in nodes
-             if node["class"].endswith("UnresolvedAttribute")]
+    names = unresolved_column_names(spark, spec.condition)
     return [(n, n) for n in dict.fromkeys(names) if n != "alert_id"]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from skyfilter.core.errors import SkyfilterError
@@ -13,6 +12,7 @@ from skyfilter.core.registry import open_registry
 from skyfilter.stream.input_schemas import InputWatch
 from skyfilter.stream.monitoring import StreamMonitor
 from skyfilter.stream.outputs import register_writers
+from skyfilter.stream.spark_internals import warm_up_kafka_clients
 from skyfilter.stream.stream_plan import PlanCell, StreamPlan
 from skyfilter.stream.totals import StreamTotals
 
@@ -97,48 +97,7 @@ class Lane:
         throwaway producer and consumer with the lane's settings pay it here, without
         writing anything or moving any offset (0.15-0.2 s off a night's first batch).
         """
-        jvm = self.spark.sparkContext._jvm
-        serializer = "org.apache.kafka.common.serialization.ByteArraySerializer"
-        producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(self._client_settings(
-            {"key.serializer": serializer, "value.serializer": serializer,
-             "max.block.ms": "5000"}))  # a topic made later (a night's) is not waited for
-        try:
-            for topic in topics:
-                try:
-                    producer.partitionsFor(topic)
-                except Py4JJavaError:
-                    pass  # best effort: the sink's own write says what is wrong with a topic
-        finally:
-            producer.close()
-        self._warm_up_consumer(input_topic)
-
-    def _warm_up_consumer(self, topic: str) -> None:
-        """Connect a consumer to ``topic``'s partitions at their end and poll once, then close it."""
-        jvm = self.spark.sparkContext._jvm
-        deserializer = "org.apache.kafka.common.serialization.ByteArrayDeserializer"
-        consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(self._client_settings(
-            {"key.deserializer": deserializer, "value.deserializer": deserializer, "enable.auto.commit": "false",
-             "allow.auto.create.topics": "false", "default.api.timeout.ms": "5000", "fetch.max.wait.ms": "10",
-             "client.id": f"{self.kafka_options['kafka.client.id']}-warm-up"}))
-        try:
-            partitions = jvm.java.util.ArrayList()
-            for info in consumer.partitionsFor(topic) or []:
-                partitions.add(jvm.org.apache.kafka.common.TopicPartition(topic, info.partition()))
-            consumer.assign(partitions)
-            consumer.seekToEnd(partitions)
-            consumer.poll(jvm.java.time.Duration.ofMillis(100))
-        except Py4JJavaError:
-            pass  # best effort: the source's own read says what is wrong with the topic
-        finally:
-            consumer.close()
-
-    def _client_settings(self, extra: dict[str, str]):
-        """The lane's Kafka connection settings (``kafka.`` options without the prefix) and ``extra``, as Java
-        Properties."""
-        settings = self.spark.sparkContext._jvm.java.util.Properties()
-        for key, value in self.kafka_options.items():
-            if key.startswith("kafka."):
-                settings.setProperty(key[len("kafka."):], str(value))
-        for key, value in extra.items():
-            settings.setProperty(key, value)
-        return settings
+        settings = {key[len("kafka."):]: str(value) for key, value in self.kafka_options.items()
+                    if key.startswith("kafka.")}
+        warm_up_kafka_clients(self.spark, settings, topics, input_topic,
+                              f"{self.kafka_options['kafka.client.id']}-warm-up")

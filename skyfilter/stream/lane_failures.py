@@ -19,6 +19,6 @@ def failure_line(stream: str, lane: str, exc: BaseException, log_path: Path) -> 
 
 
 def is_spark_55271(exc: BaseException) -> bool:
-    """Whether a query failed on Spark 4.1.1's NullPointerException in the Kafka source's progress metrics."""
+    """Whether a query failed on Spark's NullPointerException in the Kafka source's progress metrics (4.1.1 on)."""
     text = str(exc)
     return "IterableOps.map" in text and "Option.get()" in text and "is null" in text

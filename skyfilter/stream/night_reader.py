@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from skyfilter.core.avro_schemas import cutout_fields, without_fields
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.reader_schema import reader_for
-from skyfilter.stream.archive import archived_schemas, is_legacy, restore_legacy_messages
+from skyfilter.stream.archive import archived_schemas, is_legacy, is_raw, restore_legacy_messages, with_fields
 from skyfilter.stream.input_schemas import InputSchemas
 
 
@@ -61,11 +62,12 @@ def read_alerts(spark: SparkSession, tables: dict, selection: NightSelection) ->
 
 
 def read_messages(spark: SparkSession, tables: dict, selection: NightSelection) -> tuple[DataFrame, InputSchemas]:
-    """The night's alerts with their original messages (``kafka_value``), and their writer schemas (oldest first)
-    with the reader schema they read as together.
+    """The night's alerts with their original messages (``kafka_value``) and their fields as filters see them
+    (cutouts left out), and their writer schemas (oldest first) with the reader schema they read as together.
 
-    An archive of the earlier layout gets its messages restored from its fields and ``cutouts`` table, with a
-    ``byte_identical`` column saying whether each matches the hash stored when it was archived.
+    The raw layout's fields are decoded from the messages here.  An archive of the earliest layout gets its
+    messages restored from its fields and ``cutouts`` table, with a ``byte_identical`` column saying whether
+    each matches the hash stored when it was archived.
     """
     alerts = read_alerts(spark, tables, selection)
     ids = [row.schema_id for row in alerts.groupBy("schema_id").agg(F.min("kafka_timestamp").alias("first"))
@@ -77,4 +79,6 @@ def read_messages(spark: SparkSession, tables: dict, selection: NightSelection) 
         alerts = restore_legacy_messages(alerts, images, schema_json, schema_id)
     reader, unreadable = reader_for([(i, json.loads(text)) for i, text in writers.items()])
     readable = {i: text for i, text in writers.items() if i not in unreadable}
+    if is_raw(alerts):
+        alerts = with_fields(alerts, readable, without_fields(reader, cutout_fields(reader), suffix=None))
     return alerts, InputSchemas(str(tables["alerts"]), reader, readable, unreadable)

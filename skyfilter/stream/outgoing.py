@@ -231,9 +231,12 @@ def encode_step(brokers: list[BrokerSpec], encodings: dict[str, Encoding], decid
 
 
 def message_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], deadletter_topic: str | None,
-                  log_topic: str | None, lane: str = "delivery", writers: dict[int, str] | None = None
-                  ) -> list[Step]:
-    """The rest of :func:`kafka_row_steps`: each alert's Kafka rows, exploded into the sink's columns."""
+                  log_topic: str | None, lane: str = "delivery", writers: dict[int, str] | None = None,
+                  log_values: tuple[tuple[str, Column], ...] = ()) -> list[Step]:
+    """The rest of :func:`kafka_row_steps`: each alert's Kafka rows, exploded into the sink's columns.
+
+    ``log_values``: further delivery-log records, (key, value) where the value is not null.
+    """
     live = live_brokers(brokers)
     values = {slot: F.col("kafka_value") for slot, _ in live}
     for name, users in _encoded_columns(live, encodings).values():
@@ -245,6 +248,8 @@ def message_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], dea
         rows.append(_dead_letter(deadletter_topic))
     if log_topic:
         rows.append(_log_record(log_topic, brokers, lane, went_anywhere))
+        rows += [F.when(value.isNotNull(), _row(F.lit(log_topic), F.lit(key).cast("binary"), value.cast("binary"),
+                                                 F.array().cast(HEADERS_TYPE))) for key, value in log_values]
     return [select(F.explode(F.array_compact(F.array(*rows))).alias("out")), select("out.*")]
 
 

@@ -19,7 +19,6 @@ no schema).
 
 from __future__ import annotations
 
-import json
 import re
 
 from pyspark.sql import DataFrame
@@ -34,6 +33,7 @@ from skyfilter.core.registry import open_registry, subject_for
 from skyfilter.core.topics import ensure_topics
 from skyfilter.stream.input_schemas import InputSchemas
 from skyfilter.stream.outgoing import MATCHED_FIELD, Encoding, filter_names
+from skyfilter.stream.spark_internals import avro_schema_of
 
 LITE_NAMESPACE = "skyfilter.lite"
 
@@ -57,11 +57,8 @@ def lite_schema(template: DataFrame, broker: BrokerSpec, columns: tuple[tuple[st
     """The Avro record of a ``lite`` broker, from the Spark types of its columns (what ``to_avro`` writes)."""
     fields = [F.expr(e).alias(n) for n, e in columns] + [filter_names(F.lit(None)).alias(MATCHED_FIELD)]
     struct = template.select(F.struct(*fields).alias("lite")).schema[0].dataType
-    jvm = template.sparkSession._jvm
-    data_type = template.sparkSession._jsparkSession.parseDataType(struct.json())
     record = re.sub(r"[^A-Za-z0-9_]", "_", broker.name)
-    avro = jvm.org.apache.spark.sql.avro.SchemaConverters.toAvroType(data_type, False, record, LITE_NAMESPACE)
-    definition = json.loads(avro.toString())
+    definition = avro_schema_of(template.sparkSession, struct.json(), record, LITE_NAMESPACE)
     definition["doc"] = f"skyfilter lite alerts of broker {broker.name}"
     return definition
 

@@ -130,10 +130,11 @@ class Quarantine:
 
     def review(self, batch_id: int, stats: dict) -> list[str]:
         """Quarantine every filter that failed or overran in this batch; returns their names."""
+        running = {spec.name for spec in self.plan.filters}  # a filter already off is not quarantined twice
         reasons = {name: (f"raised on batch {batch_id}: {error}", stats["samples"].get(name))
-                   for name, error in stats["errors"].items()}
+                   for name, error in stats["errors"].items() if name in running}
         for name, seconds in stats["seconds"].items():
-            if seconds > self.budget and name not in reasons:
+            if seconds > self.budget and name not in reasons and name in running:
                 reasons[name] = (f"took {seconds:.1f} s on batch {batch_id}, over its {self.budget:g} s budget", None)
         if not reasons:
             return []

@@ -25,6 +25,8 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 
 
 IVY_DIR = PROJECT_ROOT / ".local" / "ivy"
+JVM_SOURCES = Path(__file__).resolve().parent / "jvm"  # skyfilter's own JVM classes (the visit cap ledger)
+JVM_JAR = PROJECT_ROOT / ".local" / "jvm" / "skyfilter-spark.jar"
 
 
 def write_spark_defaults(target: Path, jars: list[Path] | None = None, python: str = sys.executable) -> Path:
@@ -50,6 +52,15 @@ def write_spark_defaults(target: Path, jars: list[Path] | None = None, python: s
     return target / "spark-defaults.conf"
 
 
+def driver_log_level() -> str:
+    """The root log level of the driver's logging (``conf/spark-log4j2.properties``)."""
+    for line in (PROJECT_ROOT / "conf" / "spark-log4j2.properties").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "rootLogger.level":
+            return value.strip().upper()
+    return "WARN"
+
+
 def install(target: Path) -> str:
     """Resolve the connector packages once with Spark's Ivy, then pin the resolved jars."""
     import shutil
@@ -64,8 +75,34 @@ def install(target: Path) -> str:
         tail = (resolve.stderr or resolve.stdout).strip().splitlines()[-3:]
         raise SkyfilterError("resolving the Spark packages failed: " + " | ".join(tail))
     jars = sorted((IVY_DIR / "jars").glob("*.jar"))
-    write_spark_defaults(target, jars)
-    return f"{len(jars)} connector jars pinned in {target / 'spark-defaults.conf'}; " + check()
+    write_spark_defaults(target, [*jars, build_jvm_jar()])
+    return f"{len(jars)} connector jars and skyfilter's own pinned in {target / 'spark-defaults.conf'}; " + check()
+
+
+def build_jvm_jar(target: Path = JVM_JAR) -> Path:
+    """Compile skyfilter's own JVM classes against the installed Spark's jars, into ``target``."""
+    import shutil
+    import subprocess
+    import tempfile
+    import zipfile
+
+    import pyspark
+
+    javac = shutil.which("javac")
+    if javac is None:
+        raise SkyfilterError("javac not found: install a JDK 17 (apt-get install openjdk-17-jdk-headless)")
+    sources = sorted(JVM_SOURCES.glob("*.java"))
+    with tempfile.TemporaryDirectory() as classes:
+        built = subprocess.run([javac, "--release", "17", "-nowarn", "-cp", f"{Path(pyspark.__file__).parent}/jars/*",
+                                "-d", classes, *map(str, sources)], capture_output=True, text=True)
+        if built.returncode != 0:
+            raise SkyfilterError(f"compiling {JVM_SOURCES} failed: {built.stderr.strip().splitlines()[0]}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: skyfilter\n\n")
+            for path in sorted(Path(classes).rglob("*.class")):
+                jar.write(path, path.relative_to(classes).as_posix())
+    return target
 
 
 def get_spark(app_name: str = "skyfilter", master: str | None = None, conf: dict | None = None):

@@ -12,7 +12,6 @@ differ from the original.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
@@ -21,6 +20,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from skyfilter.core.filter_loader import FilterProblem, FilterSpec
+from skyfilter.stream.spark_internals import (
+    SqlTree,
+    analyzed_plan_nodes,
+    nondeterministic_expressions,
+    parse_sql_expression,
+    parse_sql_statement,
+)
 
 TABLE = "alerts"
 
@@ -65,20 +71,19 @@ class SqlShape:
 def analyze_sql(frame: DataFrame, spec: FilterSpec, paths: list[str]) -> SqlShape | FilterProblem:
     """Parse and analyze one SQL filter against the columns of ``frame`` (no data is read)."""
     spark = frame.sparkSession
-    parser = spark._jsparkSession.sessionState().sqlParser()
     text = spec.source
     words = re.sub(r"--[^\n]*|/\*.*?\*/", " ", text, flags=re.S).split(None, 1)
     if not words or words[0].upper().rstrip(";(") not in STATEMENT_WORDS:
         try:
-            parsed = parser.parseExpression(text)
+            parsed = parse_sql_expression(spark, text)
         except ParseException as exc:
             return _syntax_problem(spec, exc)
-        if parsed.nodeName() == "Alias":  # Spark reads "a > 1 AND" as the condition named "AND"
+        if parsed.kind == "Alias":  # Spark reads "a > 1 AND" as the condition named "AND"
             return FilterProblem(spec.path, line_at(text, len(text.rstrip())),
-                                 f"SQL syntax error: unexpected '{parsed.name()}' after the condition")
+                                 f"SQL syntax error: unexpected '{parsed.name}' after the condition")
         return _analyze_condition(frame, spec, paths, text)
     try:
-        parsed = parser.parsePlan(text)
+        parsed = parse_sql_statement(spark, text)
     except ParseException as exc:
         return _syntax_problem(spec, exc)
     return _analyze_query(frame, spec, paths, parsed)
@@ -92,12 +97,13 @@ def _analyze_condition(frame: DataFrame, spec: FilterSpec, paths: list[str], tex
         checked = frame.where(F.expr(text))
     except AnalysisException as exc:
         return FilterProblem(spec.path, _line_of(text, exc), explain(exc, paths))
-    problem = _plan_problem(spec, checked._jdf.queryExecution().analyzed(), text, whole_query=False)
+    problem = _plan_problem(spec, checked, text, whole_query=False)
     return problem or SqlShape(text)
 
 
-def _analyze_query(frame: DataFrame, spec: FilterSpec, paths: list[str], parsed) -> SqlShape | FilterProblem:
-    top = parsed.nodeName()
+def _analyze_query(frame: DataFrame, spec: FilterSpec, paths: list[str], parsed: SqlTree
+                   ) -> SqlShape | FilterProblem:
+    top = parsed.kind
     if top not in ("Project", "Filter", "Aggregate", "Sort", "GlobalLimit", "LocalLimit", "Distinct", "Union",
                    "Intersect", "Except", "WithCTE", "Join", "Window", "Generate", "UnresolvedWith",
                    "Deduplicate", "UnresolvedHaving", "Offset"):
@@ -108,21 +114,19 @@ def _analyze_query(frame: DataFrame, spec: FilterSpec, paths: list[str], parsed)
     frame.createOrReplaceTempView(TABLE)
     try:
         query = frame.sparkSession.sql(spec.source)
-        analyzed = query._jdf.queryExecution().analyzed()
+        _ = query.schema  # analysed now, so its errors are this filter's
     except AnalysisException as exc:
         return FilterProblem(spec.path, _line_of(spec.source, exc), explain(exc, paths))
-    problem = _plan_problem(spec, analyzed, spec.source, whole_query=True)
+    problem = _plan_problem(spec, query, spec.source, whole_query=True)
     if problem:
         return problem
-    if top != "Project" or parsed.child().nodeName() != "Filter":
+    if top != "Project" or parsed.children[0].kind != "Filter":
         return FilterProblem(spec.path, 1, "write SELECT <columns> FROM alerts WHERE <condition> "
                                            "(the WHERE condition is what the filter keeps)")
-    condition = _source_of(spec.source, parsed.child().condition())
+    condition = _source_of(spec.source, parsed.children[0].condition)
     selects, names = [], set()
-    items = parsed.projectList()
-    for index in range(items.size()):
-        item = items.apply(index)
-        if item.nodeName() in ("UnresolvedStar", "UnresolvedRegex"):
+    for index, item in enumerate(parsed.items):
+        if item.kind in ("UnresolvedStar", "UnresolvedRegex"):
             return FilterProblem(spec.path, _line_at(spec.source, item),
                                  "SELECT * is the whole alert: name the columns (or use format full/nocutouts)")
         name = query.columns[index]
@@ -130,18 +134,18 @@ def _analyze_query(frame: DataFrame, spec: FilterSpec, paths: list[str], parsed)
             return FilterProblem(spec.path, _line_at(spec.source, item),
                                  f"two selected columns are named '{name}': give one an alias with AS")
         names.add(name)
-        expression = item.child() if item.nodeName() == "Alias" else item
+        expression = item.children[0] if item.kind == "Alias" else item
         selects.append((name, _source_of(spec.source, expression)))
     return SqlShape(condition, tuple(selects))
 
 
-def _plan_problem(spec: FilterSpec, analyzed, text: str, whole_query: bool) -> FilterProblem | None:
+def _plan_problem(spec: FilterSpec, analyzed: DataFrame, text: str, whole_query: bool) -> FilterProblem | None:
     """The first construct of the filter's own plan nodes that is not a per-alert row condition.
 
     The filter's nodes are those above the ``alerts`` relation (the whole
     query) or just the top ``Filter`` node (a bare condition).
     """
-    own = _own_nodes(_tree(json.loads(analyzed.toJSON())), whole_query)
+    own = _own_nodes(_tree(analyzed_plan_nodes(analyzed)), whole_query)
     for node in own:
         kind = node["class"].rsplit(".", 1)[-1]
         if kind in PLAN_REASONS:
@@ -156,16 +160,10 @@ def _plan_problem(spec: FilterSpec, analyzed, text: str, whole_query: bool) -> F
                 return FilterProblem(spec.path, _line_of_function(text, name),
                                      f"{_function_label(name)} is not deterministic: a replayed night would "
                                      f"match differently (use the alert's own times, e.g. its MJD columns)")
-    node = analyzed
-    for _ in own:
-        expressions = node.expressions()
-        for index in range(expressions.size()):
-            if not expressions.apply(index).deterministic():
-                return FilterProblem(spec.path, 1, f"'{expressions.apply(index).sql()}' is not deterministic: "
-                                                   f"a replayed night would match differently")
-        if node.children().size() != 1:
-            break
-        node = node.children().apply(0)
+    varying = nondeterministic_expressions(analyzed, len(own))
+    if varying:
+        return FilterProblem(spec.path, 1, f"'{varying[0]}' is not deterministic: a replayed night would match "
+                                           f"differently")
     return None
 
 
@@ -225,15 +223,13 @@ def _line_of_function(text: str, name: str) -> int:
     return line_at(text, position) if position >= 0 else 1
 
 
-def _statement_name(parsed) -> str:
-    words = re.sub(r"(?<!^)([A-Z])", r" \1", parsed.nodeName()).upper()
+def _statement_name(parsed: SqlTree) -> str:
+    words = re.sub(r"(?<!^)([A-Z])", r" \1", parsed.kind).upper()
     return words.replace(" STATEMENT", "").replace(" COMMAND", "")
 
 
-def _source_of(text: str, node) -> str:
-    origin = node.origin()
-    start, stop = origin.startIndex(), origin.stopIndex()
-    return text[start.get(): stop.get() + 1] if start.isDefined() and stop.isDefined() else node.sql()
+def _source_of(text: str, node: SqlTree) -> str:
+    return text[node.start: node.stop + 1] if node.start is not None and node.stop is not None else node.sql
 
 
 def line_at(text: str, offset: int) -> int:
@@ -241,9 +237,8 @@ def line_at(text: str, offset: int) -> int:
     return text[:offset].count("\n") + 1
 
 
-def _line_at(text: str, node) -> int:
-    start = node.origin().startIndex()
-    return line_at(text, start.get()) if start.isDefined() else 1
+def _line_at(text: str, node: SqlTree) -> int:
+    return line_at(text, node.start) if node.start is not None else 1
 
 
 def _position(text: str, exc: ParseException) -> int:

@@ -15,6 +15,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from skyfilter.stream.spark_internals import apply_jvm_steps, jvm_steps
+
 # A DataFrame method and its arguments: ("select", (col, ...)), ("withColumns", ({name: col},)) or ("drop", names).
 Step = tuple[str, tuple[Any, ...]]
 
@@ -55,41 +57,11 @@ class JvmSteps:
     """
 
     def __init__(self, spark, steps: Sequence[Step]):
-        from pyspark.sql.classic.column import _to_java_column, _to_seq
-
-        context = spark.sparkContext
-        self.calls: list[tuple[str, tuple[Any, ...]]] = []
-        for method, arguments in steps:
-            if method == "withColumns":
-                if arguments[0]:
-                    names, columns = list(arguments[0]), list(arguments[0].values())
-                    self.calls.append((method, (_to_seq(context, names),
-                                                _to_seq(context, columns, _to_java_column))))
-            elif method == "select":
-                self.calls.append((method, (_to_seq(context, list(arguments), _to_java_column),)))
-            elif method == "drop":
-                self.calls.append((method, (_to_seq(context, list(arguments)),)))
-            elif method == "observe":
-                first, *rest = arguments
-                self.calls.append((method, (first._jc, _to_seq(context, [c._jc for c in rest]))))
-            else:
-                raise ValueError(f"unknown step {method}")
+        self.calls = jvm_steps(spark, steps)
 
     def apply(self, frame: DataFrame, observation=None) -> DataFrame:
         """``frame`` with every step applied in order; an ``observe`` step fills ``observation``."""
-        from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
-
-        jdf = frame._jdf
-        for method, arguments in self.calls:
-            if method == "observe":
-                # what Observation._on does, with the figures' sequence built once
-                jvm = frame.sparkSession.sparkContext._jvm
-                observation._jvm = jvm
-                observation._jo = getattr(jvm, "org.apache.spark.sql.Observation")(observation._name)
-                jdf = jdf.observe(observation._jo, *arguments)
-            else:
-                jdf = getattr(jdf, method)(*arguments)
-        return ClassicFrame(jdf, frame.sparkSession)
+        return apply_jvm_steps(frame, self.calls, observation)
 
 
 def observe(*figures: Any) -> Step:

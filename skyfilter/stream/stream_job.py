@@ -44,7 +44,7 @@ from skyfilter.stream.monitoring import StreamMonitor
 from skyfilter.stream.quarantine import Quarantine
 from skyfilter.stream.realtime import RealtimeLane, realtime_refusal, split_line
 from skyfilter.stream.reload import PlanReloader
-from skyfilter.stream.slots import Slots, check_realtime_slots, delivery_tasks
+from skyfilter.stream.slots import Slots, check_realtime_slots, delivery_tasks, local_cores
 from skyfilter.stream.stream_plan import PlanCell, StreamPlan
 from skyfilter.stream.totals import StreamTotals
 from skyfilter.stream.triggers import REALTIME, Triggers, trigger_keywords
@@ -132,18 +132,20 @@ class StreamJob:
             self.reloader = PlanReloader(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"),
                                          cfg.path("stream.brokers"), self.log)
         realtime = self.triggers.delivery == REALTIME
+        local_master = local_cores(self.spark.sparkContext.master) is not None
         if realtime:
             self._check_slots()
-            self.log(split_line(plan))
+            self.log(split_line(plan, local_master))
             self.realtime = RealtimeLane(self.services, self._source("realtime"), self.triggers.realtime_interval,
-                                         self.summaries)
+                                         self.summaries, quarantine, local_master)
             self.monitor.add_lane("realtime", plan.lane_checkpoint("realtime"),
                                   f"realtime {self.triggers.realtime_interval}")
             with _pool(self.spark, "realtime"):
                 self.realtime.warm_up()
                 self.realtime.pass_first_boundary()
                 self.queries["realtime"] = self.realtime.start()
-        needs_batches = not realtime or any(realtime_refusal(b, plan) for b in plan.brokers if b.enabled_filters)
+        needs_batches = not realtime or any(realtime_refusal(b, plan, local_master)
+                                            for b in plan.brokers if b.enabled_filters)
         if not needs_batches:
             return
         caps = VisitCaps()
@@ -152,7 +154,7 @@ class StreamJob:
         label = "0s" if realtime else self.triggers.delivery
         self.delivery = DeliveryLane(
             self.services, label, self.summaries, caps,
-            serves=(lambda broker, now: realtime_refusal(broker, now) is not None) if realtime else
+            serves=(lambda broker, now: realtime_refusal(broker, now, local_master) is not None) if realtime else
             (lambda broker, now: True),
             dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader,
             tasks=delivery_tasks(cfg, int(self.spark.sparkContext.defaultParallelism), self.slots))
@@ -195,8 +197,8 @@ class StreamJob:
         """Restart a query that stopped for a reason it can resume from; else None.
 
         The Real-time query stops on an input schema version it did not know
-        (:meth:`RealtimeLane.recover_new_schema`).  A micro-batch lane may hit Spark
-        4.1.1's Kafka progress bug: after a crash, the batch that was planned but not
+        (:meth:`RealtimeLane.recover_new_schema`).  A micro-batch lane may hit Spark's
+        Kafka progress bug: after a crash, the batch that was planned but not
         committed runs again from the checkpoint; it completes and commits, then the
         Kafka source fails reporting its progress (SPARK-55271: its latest offsets
         were never fetched in this run).  Restarting resumes after that committed batch.
@@ -209,7 +211,7 @@ class StreamJob:
         if lane in self.recovered or lane not in self.triggered or not is_spark_55271(exc):
             return None
         self.recovered.add(lane)
-        self.log(f"{lane} lane: Spark 4.1.1 failed reporting the progress of the batch recovered from its "
+        self.log(f"{lane} lane: Spark failed reporting the progress of the batch recovered from its "
                  f"checkpoint (SPARK-55271); that batch is committed, so the lane restarts after it")
         return self._start_batches(lane, self.triggered[lane])
 
@@ -339,8 +341,9 @@ class StreamJob:
         looks for them; here the main loop does (the query restarts to take them)."""
         if self.realtime is None:
             return
-        if self.reloader is not None:
-            self.reloader.check()
+        self.realtime.review_filter_errors()
+        if self.reloader is not None and self.reloader.check():
+            self.realtime.restart_at_checkpoint = False  # an edit is taken at once
         if time.monotonic() - self.inputs_checked_at > INPUT_CHECK_SECONDS:
             self.inputs_checked_at = time.monotonic()
             self.realtime.refresh_inputs()

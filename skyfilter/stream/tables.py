@@ -80,11 +80,18 @@ def append(frame: DataFrame, path: Path, app_id: str, batch_id: int, partition_b
     writer.save(str(path))
 
 
-def create_table(spark, path: Path, schema, partition_by: str | None = None) -> None:
-    """Create an empty Delta table with this schema at ``path`` unless one is there: one commit, no Spark job."""
+def create_table(spark, path: Path, schema, partition_by: str | None = None, stats_columns: list[str] | None = None
+                 ) -> None:
+    """Create an empty Delta table with this schema at ``path`` unless one is there: one commit, no Spark job.
+
+    ``stats_columns``: the columns Delta keeps min/max statistics of for data skipping (by default its first 32);
+    the message bytes of the archive are worth none.
+    """
     from delta.tables import DeltaTable
 
     builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(nullable(schema))
+    if stats_columns:
+        builder = builder.property("delta.dataSkippingStatsColumns", ",".join(stats_columns))
     (builder.partitionedBy(partition_by) if partition_by else builder).execute()
 
 

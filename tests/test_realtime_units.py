@@ -1,0 +1,139 @@
+"""Pure functions behind Real-time Mode for every broker and the archive's CPU share (no Kafka, no Spark)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import fastavro
+import pyarrow as pa
+import pytest
+
+from skyfilter.core.avro_schemas import only_paths, rubin_schema
+from skyfilter.core.cpu_share import idle_group
+from skyfilter.core.settings import Realtime
+from skyfilter.stream.filter_workers import answer, one_verdict
+from skyfilter.stream.realtime import auto_trigger, refusal
+
+RAISES = """
+from skyfilter import alert_filter
+
+
+@alert_filter(columns=["diaSource.snr"])
+def raises(snr):
+    raise ValueError("no")
+"""
+BRIGHT = """
+from skyfilter import alert_filter
+
+
+@alert_filter(columns=["diaSource.snr", "diaSource.band"])
+def bright(snr, band):
+    return (snr > 10) & (band != "u")
+"""
+HISTORY = """
+import numpy as np
+
+from skyfilter import alert_filter
+
+
+@alert_filter(columns=["prvDiaSources.psfFlux"])
+def history(fluxes):
+    return np.array([f is not None and len(f) > 1 and float(np.max(f)) > 5 for f in fluxes])
+"""
+
+
+def _filter_set(folder: Path, sources: dict[str, str], schema: pa.Schema, budget_s: float = 2.0) -> None:
+    filters = []
+    columns = [field.name for field in schema]
+    for name, source in sources.items():
+        path = folder / f"{name}.py"
+        path.write_text(source)
+        wanted = {"raises": ["c0"], "bright": ["c0", "c1"], "history": ["c2"]}[name]
+        filters.append({"name": name, "path": str(path), "source": source, "function": name,
+                        "positions": [columns.index(c) for c in wanted]})
+    encoded = base64.b64encode(schema.serialize().to_pybytes()).decode()
+    (folder / "set1.json").write_text(json.dumps({"filters": filters, "budget_s": budget_s, "schema": encoded}))
+
+
+def test_a_filter_worker_answers_one_alert_as_a_pandas_udf_would_see_it(tmp_path):
+    schema = pa.schema([pa.field("c0", pa.float32()), pa.field("c1", pa.string()),
+                        pa.field("c2", pa.list_(pa.float64()))])
+    _filter_set(tmp_path, {"bright": BRIGHT, "history": HISTORY, "raises": RAISES}, schema)
+    sets: dict = {}
+
+    def ask(row: dict) -> str:
+        return answer(b"set1\n" + json.dumps(row).encode(), tmp_path, sets)
+
+    first = ask({"alert_id": "7", "c0": 50.0, "c1": "g", "c2": [1.0, 9.0]})
+    verdicts, _, failures = first.partition("\n")
+    assert verdicts == "11n", "bright, history matched; raises gave no verdict"
+    assert json.loads(failures)["raises"]["error"] == "ValueError: no"
+    assert json.loads(failures)["raises"]["sample"] == "7"
+    assert ask({"alert_id": "8", "c0": 5.0, "c1": "u", "c2": None}) == "00n", "a failed filter is not called again"
+    assert ask({"alert_id": "9", "c0": None, "c1": None, "c2": []}) == "00n", "nulls are NaN / None, as in a UDF"
+
+
+def test_a_filter_worker_interrupts_a_filter_that_hangs(tmp_path):
+    hangs = RAISES.replace('raise ValueError("no")', "import time\n    time.sleep(60)")
+    schema = pa.schema([pa.field("c0", pa.float32())])
+    _filter_set(tmp_path, {"raises": hangs}, schema, budget_s=0.5)
+    reply = answer(b'set1\n{"alert_id": "1", "c0": 3.0}', tmp_path, {})
+    assert reply.startswith("n\n") and "0.5 s budget" in json.loads(reply.split("\n", 1)[1])["raises"]["error"]
+
+
+def test_one_verdict_takes_one_boolean_and_refuses_anything_else():
+    import numpy as np
+    import pandas as pd
+
+    assert one_verdict(pd.Series([True])) is True and one_verdict(np.array([False])) is False
+    assert one_verdict(pd.Series([None], dtype="boolean")) is None
+    for wrong, says in ((pd.Series([True, False]), "2 values for 1"), (pd.Series([1.5]), "float"),
+                        (True, "bool"), (pd.DataFrame({"a": [True]}), "DataFrame")):
+        with pytest.raises(TypeError, match=says):
+            one_verdict(wrong)
+
+
+def test_brokers_go_to_micro_batches_only_when_the_settings_or_the_master_say_so():
+    on, off = Realtime("5m", 500, True, True), Realtime("5m", 500, False, False)
+    assert refusal(True, ["fast_riser"], on, local_master=True) is None
+    assert refusal(True, ["fast_riser"], on, local_master=False) == (
+        "a per-visit cap (the visit cap ledger needs a local master); Python filter(s) fast_riser (the filter "
+        "workers need a local master)")
+    assert refusal(True, ["f"], off, True) == ("a per-visit cap (stream.realtime.caps is off); Python filter(s) f "
+                                              "(stream.realtime.python_filters is off)")
+
+
+def test_auto_picks_realtime_for_the_repository_filters_and_brokers():
+    root = Path(__file__).resolve().parents[1]
+    trigger, why = auto_trigger(root / "filters", root / "conf" / "brokers.yaml", Realtime("5m", 500, True, True))
+    assert trigger == "realtime", why
+    trigger, why = auto_trigger(root / "filters", root / "conf" / "brokers.yaml", Realtime("5m", 500, False, True))
+    assert trigger == "0" and "stream.realtime" in why
+
+
+def test_the_raw_archives_reader_keeps_only_the_index_fields_and_still_resolves():
+    schema = rubin_schema("10.0")
+    pruned = only_paths(schema, ["diaSourceId", "diaSource.visit", "diaSource.midpointMjdTai"])
+    assert [f["name"] for f in pruned["fields"]] == ["diaSourceId", "diaSource"]
+    source = pruned["fields"][1]["type"]
+    source = source if isinstance(source, dict) else next(t for t in source if isinstance(t, dict))
+    assert [f["name"] for f in source["fields"]] == ["visit", "midpointMjdTai"]
+    fastavro.parse_schema(pruned)
+    assert only_paths(schema, []) == {**schema, "fields": []}
+
+
+def test_an_idle_cgroup_is_made_where_the_hierarchy_allows_and_refused_with_a_reason_elsewhere(tmp_path):
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.shares").write_text("1024")
+    group, how = idle_group("skyfilter-test", v1)
+    assert how == "cgroup v1" and (v1 / "cpu" / "skyfilter-test" / "cpu.shares").read_text() == "2"
+    assert group is not None and not group.idle  # a plain folder has no cpu.idle
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpuset cpu io memory")
+    group, how = idle_group("skyfilter-test", v2)
+    assert how == "cgroup v2" and (v2 / "skyfilter-test" / "cpu.weight").read_text() == "1"
+    assert idle_group("x", tmp_path / "none") == (None, "no cgroup hierarchy with the cpu controller")
