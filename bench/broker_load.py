@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "trigger sweep's uniform cuts (default tight)")
     parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[], dest="sets",
-                        help="a config setting of the streams (repeatable)")
+                        help="a config setting of the benchmark and its streams (repeatable)")
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
@@ -216,18 +216,18 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
 
     modes = parse_modes(args.modes)
     run_id = time.strftime("%Y%m%d%H%M%S")
-    with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
+    with bench_kafka(args.state_dir, args.bootstrap, sets=args.sets) as (cfg, cluster):
         schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, min(args.cached_visits, max(1, round(args.seconds))),
                                args.rate, args.stamps, progress=not args.quiet)
         warm_up = cached_visits(args.state_dir / "cache", schema, 1, args.rate, args.stamps, progress=False,
                                 night=EARLIER_NIGHT)
         partitions = cfg.topics.alerts_partitions
-        spark = bench_spark("skyfilter-bench-broker-load", modes[0][0], partitions)
+        spark = bench_spark(cfg, "skyfilter-bench-broker-load", modes[0][0], partitions)
         rows = []
         with driver_and_kafka(spark, cluster) as memory:
             for trigger, lanes in modes:
-                spark = bench_spark("skyfilter-bench-broker-load", trigger, partitions)
+                spark = bench_spark(cfg, "skyfilter-bench-broker-load", trigger, partitions)
                 rows.append(load_one(cfg, spark, args, cached, warm_up, schema, run_id, trigger, lanes,
                                      kafka_pid(cluster)))
     columns = [("mode", "trigger-lanes"), ("alerts", "alerts"), ("messages", "broker messages"),

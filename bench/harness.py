@@ -32,29 +32,27 @@ def add_warm_up_flag(parser: argparse.ArgumentParser, first_run: str) -> None:
                              "cold driver (JIT, Python workers); default yes")
 
 
-def bench_spark(app: str, trigger: str = "0", partitions: int = 8):
+def bench_spark(cfg, app: str, trigger: str = "0", partitions: int = 8):
     """The benchmark's SparkSession with the task slots the stream's lanes need (``skyfilter/stream/slots.py``).
 
     As ``filter_stream.py`` asks for them: the configured cores for micro-batch
     delivery, one slot per input partition in Real-time Mode, and the archive
     lane's own when it runs in this process (``archive.process``).  A running
-    session with another master is stopped first (the driver JVM stays).
+    session with enough slots is reused; one with too few is stopped first (the driver JVM stays).
     """
     from pyspark.sql import SparkSession
 
-    from skyfilter.core.config import Config
     from skyfilter.stream.archive_process import runs_apart
     from skyfilter.stream.session import get_spark
     from skyfilter.stream.slots import configured_master, local_cores, plan_slots
     from skyfilter.stream.spark_internals import active_context
 
-    cfg = Config.load()
     cores = local_cores(configured_master()) or 2
     archive_here = not runs_apart(cfg, {"delivery", "archive"}, False, True)
     slots = plan_slots(cfg, cores, partitions if trigger == "realtime" else 0, True, archive_here)
     master = f"local[{slots.total}]"
     context = active_context()  # not per thread, unlike the active session
-    if context is not None and context.master != master:
+    if context is not None and (local_cores(context.master) or 0) < slots.total:
         (SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()).stop()
     return get_spark(app, master=master)
 
@@ -101,7 +99,7 @@ RUN_STATE = ("kafka", "delta", "checkpoints", "filter_sets", "run")
 
 
 @contextmanager
-def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g") -> Iterator:
+def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g", sets: list[str] | None = None) -> Iterator:
     """A config whose Kafka is ``bootstrap``, or a fresh local single node started (and stopped) for the run.
 
     The previous run's Kafka data, tables and checkpoints are removed first (a
@@ -111,11 +109,11 @@ def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g") -> Ite
     """
     import shutil
 
-    from skyfilter.core.config import Config
+    from skyfilter.core.config import Config, parse_overrides
     from skyfilter.core.errors import SkyfilterError
     from skyfilter.core.kafka_local import LocalKafka, free_port_pair
 
-    cfg = Config.load()
+    cfg = Config.load(overrides=parse_overrides(sets))
     if state_dir.resolve() == cfg.state_dir.resolve():
         raise SkyfilterError(f"--state-dir {state_dir} is the project's own state folder; benchmarks clear "
                              f"their state folder between runs, so give them another one")

@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     run_id = time.strftime("%Y%m%d%H%M%S")
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
         schema = bench_schema(cfg)
-        spark = bench_spark("skyfilter-bench-sustained", args.trigger, cfg.topics.alerts_partitions)
+        spark = bench_spark(cfg, "skyfilter-bench-sustained", args.trigger, cfg.topics.alerts_partitions)
         with driver_and_kafka(spark, cluster, 1.0) as memory:
             nights = [(args.alerts_per_visit, args.minutes, "main")] + [
                 (int(v), args.stretch_minutes, f"stretch{int(v)}") for v in args.stretch.split(",") if v.strip()]

@@ -143,11 +143,11 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         cached = cached_visits(args.state_dir / "cache", schema, args.visits, args.alerts_per_visit, args.stamps,
                                progress=not args.quiet)
         partitions = cfg.topics.alerts_partitions
-        spark = bench_spark("skyfilter-bench-trigger-sweep", triggers[0], partitions)
+        spark = bench_spark(cfg, "skyfilter-bench-trigger-sweep", triggers[0], partitions)
         rows = []
         with driver_and_kafka(spark, cluster) as memory:
             for trigger in triggers:
-                spark = bench_spark("skyfilter-bench-trigger-sweep", trigger, partitions)
+                spark = bench_spark(cfg, "skyfilter-bench-trigger-sweep", trigger, partitions)
                 rows.append(sweep_one(cfg, spark, args, cached, schema, trigger, run_id, kafka_node=kafka_pid(cluster)))
     columns = [("trigger", "delivery trigger"), ("alerts", "alerts"), ("offered_per_s", "offered alerts/s"),
                ("messages", "matches delivered"), ("p50_s", "p50 s"), ("p95_s", "p95 s"), ("p99_s", "p99 s"),

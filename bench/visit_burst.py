@@ -177,11 +177,11 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
         partitions = cfg.topics.alerts_partitions
-        spark = bench_spark("skyfilter-bench-visit-burst", plan[0][0], partitions)
+        spark = bench_spark(cfg, "skyfilter-bench-visit-burst", plan[0][0], partitions)
         results = []
         with driver_and_kafka(spark, cluster) as memory:
             for index, (trigger, fmt, cap) in enumerate(plan):
-                spark = bench_spark("skyfilter-bench-visit-burst", trigger, partitions)
+                spark = bench_spark(cfg, "skyfilter-bench-visit-burst", trigger, partitions)
                 results.append(burst(cfg, spark, args, cached, schema, run_id, index, trigger, fmt, cap))
     columns = [("trigger", "trigger"), ("format", "format"), ("cap", "cap/visit"), ("alerts", "alerts"),
                ("megabytes", "MB"), ("producers", "producers"), ("filters", "filters"), ("brokers", "brokers"),

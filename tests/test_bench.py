@@ -70,7 +70,7 @@ def test_visit_burst_times_one_visit_to_its_last_delivery(kafka_cfg, spark, tmp_
     result = _run(visit_burst, "visit_burst", ["--alerts", "30", "--warm-up", "10", "--filters", "3", "--brokers", "2",
                                                "--producers", "2", "--no-stamps", "--runs", "0/full/2",
                                                "--python-filters", "1", "--capped-every", "1",
-                                               "--archive-trigger", "1s"],
+                                               "--cuts", "loose", "--archive-trigger", "1s"],
                   kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
     assert row["alerts"] == 30 and row["brokers"] == 2 and row["delivery_batches"] >= 1
@@ -98,7 +98,8 @@ def test_broker_load_measures_both_lanes_against_delivery_alone(kafka_cfg, spark
     result = _run(broker_load, "broker_load",
                   ["--modes", "realtime/both,realtime/delivery", "--seconds", "3", "--rate", "10", "--filters", "6",
                    "--python-filters", "2", "--brokers", "3", "--capped-every", "3", "--cap", "2", "--producers", "1",
-                   "--cached-visits", "2", "--no-stamps", "--set", "archive.trigger=1s",
+                   "--cached-visits", "2", "--no-stamps", "--cuts", "loose", "--set", "archive.trigger=1s",
+                   "--set", "topics.alerts_partitions=1", "--set", "stream.tasks=1",
                    "--set", "archive.log_trigger=1s"], kafka_cfg, tmp_path, capsys)
     both, alone = result["results"]
     assert (both["mode"], alone["mode"]) == ("realtime-both", "realtime-delivery")

@@ -13,7 +13,7 @@ import pytest
 from skyfilter.core.avro_schemas import only_paths, rubin_schema
 from skyfilter.core.cpu_share import idle_group
 from skyfilter.core.settings import Realtime
-from skyfilter.stream.filter_workers import answer, one_verdict
+from skyfilter.stream.filter_workers import answer, answer_all, one_verdict
 from skyfilter.stream.realtime import auto_trigger, refusal
 
 RAISES = """
@@ -73,6 +73,18 @@ def test_a_filter_worker_answers_one_alert_as_a_pandas_udf_would_see_it(tmp_path
     assert json.loads(failures)["raises"]["sample"] == "7"
     assert ask({"alert_id": "8", "c0": 5.0, "c1": "u", "c2": None}) == "00n", "a failed filter is not called again"
     assert ask({"alert_id": "9", "c0": None, "c1": None, "c2": []}) == "00n", "nulls are NaN / None, as in a UDF"
+
+
+def test_alerts_waiting_together_are_answered_with_one_call_per_filter(tmp_path):
+    schema = pa.schema([pa.field("c0", pa.float32()), pa.field("c1", pa.string()),
+                        pa.field("c2", pa.list_(pa.float64()))])
+    _filter_set(tmp_path, {"bright": BRIGHT, "raises": RAISES}, schema)
+    rows = [{"alert_id": str(i), "c0": snr, "c1": band, "c2": None}
+            for i, (snr, band) in enumerate([(50.0, "g"), (5.0, "g"), (None, "r"), (70.0, "u")])]
+    replies = answer_all([b"set1\n" + json.dumps(row).encode() for row in rows], tmp_path, {})
+    assert [reply.split("\n")[0] for reply in replies] == ["1n", "0n", "0n", "0n"]
+    assert "\n" in replies[0] and not any("\n" in reply for reply in replies[1:]), "the failure said once"
+    assert json.loads(replies[0].split("\n", 1)[1])["raises"]["sample"] == "0"
 
 
 def test_a_filter_worker_interrupts_a_filter_that_hangs(tmp_path):

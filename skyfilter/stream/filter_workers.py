@@ -10,12 +10,14 @@ columns, as JSON, to a worker process over a Unix socket and waits for the
 verdicts, in the task's own code.
 
 * :class:`FilterWorkers` (driver): starts ``python -m skyfilter.stream.filter_workers``,
-  which forks one worker per connection (one per task thread), and writes each
-  set of filters the query uses to a file named by its id;
-* :func:`serve` and :func:`answer` (workers): the verdicts of one alert, each
-  filter called on one-row pandas Series built with Arrow from the Spark
-  types (as a pandas UDF would get them), a call longer than the time budget
-  interrupted, a filter that failed no longer called by this worker.
+  which every task thread connects to, and writes each set of filters the
+  query uses to a file named by its id;
+* :func:`serve` and :func:`answer_all` (the worker process): the verdicts of
+  the alerts waiting together (one per busy task: one at a time when alerts
+  trickle in, as many as there are tasks in a visit's burst), each filter
+  called once on pandas Series built with Arrow from the Spark types (as a
+  pandas UDF would get them), a call longer than the time budget interrupted,
+  a filter that failed not called again.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def _die_with_parent() -> None:
 
 # ----------------------------------------------------------------------------------------------- the workers
 class LoadedSet:
-    """A filter set as a worker runs it: the functions, their columns' Arrow types and the time budget."""
+    """A filter set as the worker runs it: the functions, their columns' Arrow types and the time budget."""
 
     def __init__(self, path: Path):
         import pyarrow as pa
@@ -110,45 +112,70 @@ class LoadedSet:
         self.failed: set[str] = set()
 
 
-def column(value, field):
-    """One alert's value of a column as the one-row pandas object a pandas UDF gets: a Series, or a DataFrame
+def columns(values: list, field) -> object:
+    """The alerts' values of a column as the pandas object a pandas UDF gets for them: a Series, or a DataFrame
     for a record."""
     import pandas as pd
     import pyarrow as pa
 
     if pa.types.is_struct(field.type):
-        return pd.DataFrame([value or {}], columns=[f.name for f in field.type])
-    return pa.array([value], type=field.type).to_pandas()
+        return pd.DataFrame([value or {} for value in values], columns=[f.name for f in field.type])
+    return pa.array(values, type=field.type).to_pandas()
+
+
+def answer_all(requests: list[bytes], folder: Path, sets: dict[str, LoadedSet]) -> list[str]:
+    """The replies to requests (``<set id>\n<row JSON>``) waiting together, each filter called once per filter
+    set on all of them: one character per filter and alert, then, on the first alert's reply, the failures."""
+    replies: list[str] = [""] * len(requests)
+    by_set: dict[str, list[int]] = {}
+    for index, request in enumerate(requests):
+        by_set.setdefault(request.partition(b"\n")[0].decode(), []).append(index)
+    for key, indexes in by_set.items():
+        if key not in sets:
+            sets[key] = LoadedSet(folder / f"{key}.json")
+        rows = [json.loads(requests[i].partition(b"\n")[2]) for i in indexes]
+        for index, reply in zip(indexes, evaluate_rows(sets[key], rows), strict=True):
+            replies[index] = reply
+    return replies
 
 
 def answer(request: bytes, folder: Path, sets: dict[str, LoadedSet]) -> str:
-    """The verdicts of one request (``<set id>\\n<row JSON>``): one character per filter, then the failures."""
-    from skyfilter.stream.filter_eval import time_limit
+    """The reply to one request (see :func:`answer_all`)."""
+    return answer_all([request], folder, sets)[0]
 
-    set_id, _, payload = request.partition(b"\n")
-    key = set_id.decode()
-    if key not in sets:
-        sets[key] = LoadedSet(folder / f"{key}.json")
-    loaded = sets[key]
-    row = json.loads(payload)
-    values = [column(row.get(f"c{i}"), field) for i, field in enumerate(loaded.schema)]
-    verdicts, failures = [], {}
+
+def evaluate_rows(loaded: LoadedSet, rows: list[dict]) -> list[str]:
+    """Every filter of a set on these alerts (renamed ``c<i>`` columns): a verdict string per alert."""
+    import pandas as pd
+
+    from skyfilter.stream.filter_eval import as_verdict, time_limit
+
+    values = [columns([row.get(f"c{i}") for row in rows], field) for i, field in enumerate(loaded.schema)]
+    verdicts = [[] for _ in rows]
+    failures = {}
     for name, function, positions in loaded.filters:
-        if name in loaded.failed:
-            verdicts.append("n")
-            continue
-        began = time.perf_counter()
-        try:
-            with time_limit(loaded.budget_s):
-                result = function(*[values[i] for i in positions])
-            verdict = one_verdict(result)
-            verdicts.append("n" if verdict is None else "1" if verdict else "0")
-        except Exception as exc:  # noqa: BLE001 - a failing filter must not stop the others
-            loaded.failed.add(name)
-            verdicts.append("n")
-            failures[name] = {"seconds": time.perf_counter() - began, "error": f"{type(exc).__name__}: {exc}",
-                              "sample": row.get("alert_id")}
-    return "".join(verdicts) + ("\n" + json.dumps(failures) if failures else "")
+        marks = ["n"] * len(rows)
+        if name not in loaded.failed:
+            began = time.perf_counter()
+            try:
+                with time_limit(loaded.budget_s):
+                    result = function(*[values[i] for i in positions])
+                if len(rows) == 1:
+                    verdict = one_verdict(result)
+                    marks = ["n" if verdict is None else "1" if verdict else "0"]
+                else:
+                    verdict = as_verdict(result, len(rows))
+                    marks = ["n" if pd.isna(v) else "1" if v else "0" for v in verdict.tolist()]
+            except Exception as exc:  # noqa: BLE001 - a failing filter must not stop the others
+                loaded.failed.add(name)
+                failures[name] = {"seconds": time.perf_counter() - began, "error": f"{type(exc).__name__}: {exc}",
+                                  "sample": rows[0].get("alert_id")}
+        for verdict_list, mark in zip(verdicts, marks, strict=True):
+            verdict_list.append(mark)
+    replies = ["".join(marks) for marks in verdicts]
+    if failures:
+        replies[0] += "\n" + json.dumps(failures)
+    return replies
 
 
 def one_verdict(result) -> bool | None:
@@ -169,39 +196,20 @@ def one_verdict(result) -> bool | None:
     raise TypeError(f"filter returned {type(value).__name__} values, expected booleans")
 
 
-def work(connection: socket.socket, folder: Path) -> None:
-    """Answer the requests of one connection until it closes."""
-    stream = connection.makefile("rwb", buffering=0)
-    sets: dict[str, LoadedSet] = {}
-    while True:
-        header = _read(stream, FRAME.size)
-        if header is None:
-            return
-        request = _read(stream, FRAME.unpack(header)[0])
-        if request is None:
-            return
-        reply = answer(request, folder, sets).encode()
-        stream.write(FRAME.pack(len(reply)) + reply)
-
-
-def _read(stream, size: int) -> bytes | None:
-    data = b""
-    while len(data) < size:
-        chunk = stream.read(size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
 def serve(path: str) -> None:
-    """Listen on the Unix socket ``path``; fork one worker per connection."""
-    import pandas  # noqa: F401 - loaded once here, shared by every forked worker
+    """Listen on the Unix socket ``path`` and answer every connection, the requests waiting together at once.
+
+    One process: each task thread keeps one request outstanding, so when a visit's
+    burst keeps every task busy the filters are called on as many alerts at a time
+    as there are tasks, and one at a time when alerts trickle in.
+    """
+    import selectors
+
+    import pandas  # noqa: F401 - loaded before the first request
     import pyarrow  # noqa: F401
 
     import skyfilter.stream.filter_eval  # noqa: F401
 
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped as they exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     partial = path + ".partial"
@@ -209,16 +217,42 @@ def serve(path: str) -> None:
     listener.listen(64)
     os.rename(partial, path)
     folder = Path(path).parent
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    buffers: dict[socket.socket, bytearray] = {}
+    sets: dict[str, LoadedSet] = {}
     while True:
-        connection, _ = listener.accept()
-        if os.fork() == 0:
-            listener.close()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            try:
-                work(connection, folder)
-            finally:
-                os._exit(0)
-        connection.close()
+        waiting: list[tuple[socket.socket, bytes]] = []
+        for key, _ in selector.select():
+            if key.fileobj is listener:
+                connection, _ = listener.accept()
+                buffers[connection] = bytearray()
+                selector.register(connection, selectors.EVENT_READ)
+                continue
+            connection = key.fileobj
+            data = connection.recv(1 << 20)
+            if not data:
+                selector.unregister(connection)
+                connection.close()
+                buffers.pop(connection, None)
+                continue
+            buffers[connection] += data
+            waiting += [(connection, request) for request in _requests(buffers[connection])]
+        if waiting:
+            replies = answer_all([request for _, request in waiting], folder, sets)
+            for (connection, _), reply in zip(waiting, replies, strict=True):
+                encoded = reply.encode()
+                connection.sendall(FRAME.pack(len(encoded)) + encoded)
+
+
+def _requests(buffer: bytearray) -> list[bytes]:
+    """The whole requests at the front of a connection's buffer, taken out of it."""
+    found = []
+    while len(buffer) >= FRAME.size and len(buffer) >= FRAME.size + FRAME.unpack_from(buffer)[0]:
+        size = FRAME.unpack_from(buffer)[0]
+        found.append(bytes(buffer[FRAME.size:FRAME.size + size]))
+        del buffer[:FRAME.size + size]
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,8 +24,8 @@ import org.apache.spark.sql.types.DataTypes;
  * the checkpoint, a pandas UDF's answers wait for the checkpoint.  This SQL function instead
  * sends one alert (the filters' columns as JSON) to a filter worker of the stream
  * ({@code skyfilter/stream/filter_workers.py}) over a Unix socket and waits for its verdicts,
- * inside the task's own code.  Each task thread keeps its own connection, so each has a worker
- * process of its own.
+ * inside the task's own code.  Each task thread keeps its own connection; the worker answers the
+ * requests that wait together (a visit's burst keeps every task busy) with one call per filter.
  *
  * <p>{@value #FUNCTION}(socket, filter_set, row_json) returns the worker's answer: one character
  * per filter ({@code 1} match, {@code 0} no match, {@code n} no verdict), then, when a filter
