@@ -13,7 +13,7 @@ import pytest
 from skyfilter.core.avro_schemas import only_paths, rubin_schema
 from skyfilter.core.cpu_share import idle_group
 from skyfilter.core.settings import Realtime
-from skyfilter.stream.filter_workers import answer, answer_all, one_verdict
+from skyfilter.stream.filter_workers import answer, answer_all, one_verdict, verdict_marks
 from skyfilter.stream.realtime import auto_trigger, refusal
 
 RAISES = """
@@ -105,6 +105,20 @@ def test_one_verdict_takes_one_boolean_and_refuses_anything_else():
                         (True, "bool"), (pd.DataFrame({"a": [True]}), "DataFrame")):
         with pytest.raises(TypeError, match=says):
             one_verdict(wrong)
+
+
+def test_verdict_marks_take_a_batch_of_booleans_and_refuse_the_wrong_length_or_kind():
+    import numpy as np
+    import pandas as pd
+
+    assert verdict_marks(pd.Series([True, False, True], index=[7, 8, 9]), 3) == ["1", "0", "1"]
+    assert verdict_marks(np.array([False, True]), 2) == ["0", "1"]
+    assert verdict_marks(pd.Series([None, True], dtype="boolean"), 2) == ["n", "1"]
+    assert verdict_marks(pd.Series([None]), 1) == ["n"]
+    for wrong, rows, says in ((pd.Series([True, False, True]), 2, "3 values for 2"),
+                              (pd.Series([1.0, 2.0]), 2, "float"), (pd.Series([True]), 2, "1 values for 2")):
+        with pytest.raises(TypeError, match=says):
+            verdict_marks(wrong, rows)
 
 
 def test_brokers_go_to_micro_batches_only_when_the_settings_or_the_master_say_so():

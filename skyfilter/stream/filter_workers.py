@@ -146,9 +146,7 @@ def answer(request: bytes, folder: Path, sets: dict[str, LoadedSet]) -> str:
 
 def evaluate_rows(loaded: LoadedSet, rows: list[dict]) -> list[str]:
     """Every filter of a set on these alerts (renamed ``c<i>`` columns): a verdict string per alert."""
-    import pandas as pd
-
-    from skyfilter.stream.filter_eval import as_verdict, time_limit
+    from skyfilter.stream.filter_eval import time_limit
 
     values = [columns([row.get(f"c{i}") for row in rows], field) for i, field in enumerate(loaded.schema)]
     verdicts = [[] for _ in rows]
@@ -160,12 +158,7 @@ def evaluate_rows(loaded: LoadedSet, rows: list[dict]) -> list[str]:
             try:
                 with time_limit(loaded.budget_s):
                     result = function(*[values[i] for i in positions])
-                if len(rows) == 1:
-                    verdict = one_verdict(result)
-                    marks = ["n" if verdict is None else "1" if verdict else "0"]
-                else:
-                    verdict = as_verdict(result, len(rows))
-                    marks = ["n" if pd.isna(v) else "1" if v else "0" for v in verdict.tolist()]
+                marks = verdict_marks(result, len(rows))
             except Exception as exc:  # noqa: BLE001 - a failing filter must not stop the others
                 loaded.failed.add(name)
                 failures[name] = {"seconds": time.perf_counter() - began, "error": f"{type(exc).__name__}: {exc}",
@@ -176,6 +169,22 @@ def evaluate_rows(loaded: LoadedSet, rows: list[dict]) -> list[str]:
     if failures:
         replies[0] += "\n" + json.dumps(failures)
     return replies
+
+
+def verdict_marks(result, rows: int) -> list[str]:
+    """A filter's return value as one mark per alert (``1``, ``0``, ``n`` for no verdict); a plain boolean Series
+    of the right length, what nearly every filter returns, without the checks and casts of a general one."""
+    import numpy as np
+    import pandas as pd
+
+    from skyfilter.stream.filter_eval import as_verdict
+
+    if isinstance(result, pd.Series | np.ndarray) and result.dtype == np.bool_ and len(result) == rows:
+        return ["1" if value else "0" for value in np.asarray(result).tolist()]
+    if rows == 1:
+        verdict = one_verdict(result)
+        return ["n" if verdict is None else "1" if verdict else "0"]
+    return ["n" if pd.isna(v) else "1" if v else "0" for v in as_verdict(result, rows).tolist()]
 
 
 def one_verdict(result) -> bool | None:
