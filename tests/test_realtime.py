@@ -239,3 +239,27 @@ def test_realtime_quarantines_python_filters_that_raise_hang_or_return_the_wrong
     status = spark.read.format("delta").load(str(table_paths(kafka_cfg, topic)["filter_status"])).collect()
     assert sorted((r.filter, r.state) for r in status) == [("hangs", "quarantined"), ("raises", "quarantined"),
                                                           ("wrong_length", "quarantined")]
+
+
+def test_the_idle_stop_sees_alerts_arrive_which_real_time_mode_reports_only_at_checkpoints(kafka_cfg):
+    """A Real-time query reports its input at checkpoints minutes apart: the idle stop asks Kafka whether the
+    topic grew (the demo once stopped while its second visit was arriving)."""
+    import time
+
+    from skyfilter.core.topics import ensure_topics
+    from skyfilter.stream.kafka_watch import InputArrivals
+
+    ensure_topics(kafka_cfg, {"rt.arrivals": 2})
+    arrivals = InputArrivals(kafka_cfg, "rt.arrivals", interval_s=0.0)
+    try:
+        assert arrivals.last_growth() == 0.0, "the first look is the baseline"
+        producer = Producer({"bootstrap.servers": kafka_cfg.bootstrap_servers})
+        for key in (b"a", b"b", b"c"):
+            producer.produce("rt.arrivals", key=key, value=b"x")
+        assert producer.flush(10) == 0
+        sent = time.time()
+        grew = arrivals.last_growth()
+        assert sent <= grew <= time.time()
+        assert arrivals.last_growth() == grew, "no new alerts: the time stays"
+    finally:
+        arrivals.close()

@@ -89,3 +89,38 @@ class KafkaWatch:
                 self.down_since = None
                 self.back_at = time.time()
                 self.log(f"Kafka at {self.cfg.bootstrap_servers} is reachable again after {away:.0f} s: resuming")
+
+
+class InputArrivals:
+    """When the input topic last grew, from Kafka's latest offsets.
+
+    A Real-time query reports the alerts it read only at its checkpoints
+    (minutes apart), so the job's idle stop asks Kafka instead: alerts that
+    arrived within the last ``idle_s`` keep the stream running.
+    """
+
+    def __init__(self, cfg: Config, topic: str, interval_s: float = 2.0):
+        from skyfilter.core.lag import LatestOffsets
+
+        self.topic = topic
+        self.interval_s = interval_s
+        self.latest = LatestOffsets(cfg)
+        self.total: int | None = None
+        self.checked_at = 0.0
+        self.grew_at = 0.0
+
+    def last_growth(self) -> float:
+        """The time (``time.time()``) the topic was last seen to grow; 0 before it grew under this watch."""
+        if time.monotonic() - self.checked_at >= self.interval_s:
+            self.checked_at = time.monotonic()
+            try:
+                total = sum(self.latest(self.topic).values())
+            except SkyfilterError:
+                return self.grew_at  # Kafka away: the KafkaWatch says so and holds the idle stop
+            if self.total is not None and total != self.total:
+                self.grew_at = time.time()
+            self.total = total
+        return self.grew_at
+
+    def close(self) -> None:
+        self.latest.close()

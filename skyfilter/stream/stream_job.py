@@ -37,7 +37,7 @@ from skyfilter.stream.archive_process import ArchiveProcess
 from skyfilter.stream.caps import VisitCaps
 from skyfilter.stream.delivery_lane import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
 from skyfilter.stream.delivery_log import SummaryWriter, delivered_so_far
-from skyfilter.stream.kafka_watch import KafkaWatch
+from skyfilter.stream.kafka_watch import InputArrivals, KafkaWatch
 from skyfilter.stream.lane import LaneServices
 from skyfilter.stream.lane_failures import failure_line, is_spark_55271
 from skyfilter.stream.monitoring import StreamMonitor
@@ -282,6 +282,7 @@ class StreamJob:
         previous = self.catch_stop_signals()
         started = time.time()
         watch = KafkaWatch(self.cfg, self.log).start()
+        arrivals = InputArrivals(self.cfg, self.plan.topic) if self.realtime is not None and idle_s else None
         drain = False
         try:
             while self.queries:
@@ -303,12 +304,15 @@ class StreamJob:
                     drain = True
                     break
                 if idle_s is not None and self._idle() and watch.down_since is None \
-                        and time.time() - max(started, self.totals.last_input_at, watch.back_at) > idle_s:
+                        and time.time() - max(started, self.totals.last_input_at, watch.back_at,
+                                              arrivals.last_growth() if arrivals else 0.0) > idle_s:
                     self.log(f"no new alerts for {idle_s:.0f} s: stopping")
                     drain = True
                     break
         finally:
             watch.stop()
+            if arrivals is not None:
+                arrivals.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.previous_handlers = {}
