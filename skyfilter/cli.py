@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(no Spark needed): each stream's state, last batch, rates, consumer lag per partition, "
                     "totals, quarantined filters and dead letters; then the local Kafka and Spark cluster.")
     status.add_argument("--name", help="only this stream (default: every stream under the state dir)")
-    add_config_arguments(status, "the state dir to look in")
+    add_config_arguments(status, "the state dir to look in", bootstrap=True)
 
     registry = commands.add_parser(
         "registry", help="serve the embedded schema registry to standard clients, or list what it holds",
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_argument("action", choices=["serve", "list"])
     registry.add_argument("--host", help="serve: address to listen on (default: schema_registry.serve.host)")
     registry.add_argument("--port", type=int, help="serve: port (default: schema_registry.serve.port)")
-    add_config_arguments(registry)
+    add_config_arguments(registry, bootstrap=True)
 
     consume = commands.add_parser(
         "consume", help="read a topic decoded through the registry: print JSON lines or write Avro/JSON files",
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--output-dir", type=Path, help="write one file per message here instead of printing")
     consume.add_argument("--format", choices=["json", "avro"], default="json", dest="output_format",
                          help="file format with --output-dir (default json)")
-    add_config_arguments(consume)
+    add_config_arguments(consume, bootstrap=True)
 
     produce = commands.add_parser(
         "produce", help="simulate visits of Rubin alerts, or replay Avro files, into Kafka",
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     filters.add_argument("action", choices=["check", "test", "status"])
     filters.add_argument("target", nargs="?", metavar="FOLDER|NAME",
                          help="check: filters folder (default: stream.filters_dir); test: the filter's name")
-    filters.add_argument("--filters-dir", help="test: folder of the filter (default: stream.filters_dir)")
+    filters.add_argument("--filters-dir", help="check, test: the filters folder (default: stream.filters_dir)")
     filters.add_argument("--sample", nargs="+", metavar="PATH", help="test: Avro container files or folders")
     filters.add_argument("--night", help="test: an archived night, YYYY-MM-DD, of the stream --name")
     filters.add_argument("--limit", type=int, help="test: at most this many alerts")
@@ -145,10 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     source = filters.add_mutually_exclusive_group()
     source.add_argument("--topic", help="check against the schema registered for this topic")
     source.add_argument("--schema", help="check against a schema file (.avsc) or an Avro container file (.avro)")
-    add_config_arguments(filters, "status, test --night: the stream's state")
+    add_config_arguments(filters, "status, test --night: the stream's state", bootstrap=True)
 
     demo = commands.add_parser("demo", help="run a small simulated night end to end (what `make demo` does)",
-                               description="Start a fresh local Kafka under <state_dir>/demo, start the "
+                               description="Start a fresh local Kafka under .local/demo, start the "
                                            "stream job, produce a few visits of alerts with cutouts, wait "
                                            "for the stream to drain, print a summary, stop everything.")
     demo.add_argument("--visits", type=int, default=3)
@@ -248,9 +248,15 @@ def cmd_filters(args: argparse.Namespace) -> int:
         return filters_test(cfg, args)
     from skyfilter.stream.filter_tools import check_filters, cost_notes, schema_for_check
 
-    folder = Path(args.target) if args.target else cfg.path("stream.filters_dir")
+    if args.target and args.filters_dir and Path(args.target) != Path(args.filters_dir):
+        raise SkyfilterError(f"filters check got two folders: {args.target} and --filters-dir {args.filters_dir}; "
+                             f"give one")
+    chosen = args.target or args.filters_dir
+    folder = Path(chosen) if chosen else cfg.path("stream.filters_dir")
     described, schema = schema_for_check(cfg, args.topic, args.schema)
     valid, problems = check_filters(cfg, folder, schema)
+    if not valid and not problems:
+        raise SkyfilterError(f"no filters in {folder}: a filter is a *.sql or *.py file there")
     for line in [*problems, *cost_notes(cfg, valid, schema)]:
         print(line)
     print(f"{len(valid)} filter(s) OK, {len(problems)} problem(s) in {folder} against {described}")

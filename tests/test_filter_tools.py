@@ -39,6 +39,15 @@ def test_problems_are_listed_one_per_line_against_a_real_schema(spark, tmp_path,
     assert lines[-1].startswith("1 filter(s) OK, 3 problem(s)")
 
 
+def test_filters_check_honours_filters_dir_and_refuses_an_empty_folder(spark, tmp_path, capsys):
+    folder = write_files(tmp_path / "mine", {"only.sql": "diaSource.snr > 5"})
+    assert main(["filters", "check", "--filters-dir", str(folder)]) == 0
+    assert f"1 filter(s) OK, 0 problem(s) in {folder}" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert main(["filters", "check", str(tmp_path / "empty")]) == 2
+    assert f"no filters in {tmp_path / 'empty'}" in capsys.readouterr().err
+
+
 def _report(text: str) -> dict[str, str]:
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("  "))
 
