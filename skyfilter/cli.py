@@ -298,9 +298,10 @@ def filters_test(cfg: Config, args: argparse.Namespace) -> int:
         alerts, source = sample_frame(spark, cfg, args.sample)
     else:
         alerts, source = night_frame(spark, cfg, args.name or cfg.topics.alerts, args.night)
-    for line in run_trial(spark, spec, alerts, source, args.limit, args.show).lines():
+    report = run_trial(spark, spec, alerts, source, args.limit, args.show)
+    for line in report.lines():
         print(line)
-    return 0
+    return 1 if report.error else 0
 
 
 def cmd_spark(args: argparse.Namespace) -> int:

@@ -48,6 +48,19 @@ def test_filters_check_honours_filters_dir_and_refuses_an_empty_folder(spark, tm
     assert f"no filters in {tmp_path / 'empty'}" in capsys.readouterr().err
 
 
+def test_filters_test_reports_a_python_filter_that_raises_or_returns_the_wrong_length(spark, tmp_path, capsys):
+    folder = write_files(tmp_path, {
+        "boom.py": "from skyfilter import alert_filter\n\n\n@alert_filter(columns=['diaSource.snr'])\n"
+                   "def boom(snr):\n    raise ValueError('no luck')\n",
+        "short.py": "from skyfilter import alert_filter\n\n\n@alert_filter(columns=['diaSource.snr'])\n"
+                    "def short(snr):\n    return (snr > 5).iloc[:0]\n",
+    })
+    for name, says in (("boom", "ValueError: no luck"), ("short", "0 values for 1")):
+        assert main(["filters", "test", name, "--filters-dir", str(folder), "--sample", str(DATA / "lsst-v10")]) == 1
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.startswith(f"error: {folder}/{name}.py:4: ") and says in first and "quarantine" in first, first
+
+
 def _report(text: str) -> dict[str, str]:
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("  "))
 

@@ -62,6 +62,7 @@ class TrialReport:
     timing_note: str
     columns: list[str] = field(default_factory=list)
     first_matches: list[dict] = field(default_factory=list)
+    error: str | None = None  # a Python filter that failed: what the stream would quarantine it for
 
     @property
     def match_rate(self) -> float:
@@ -69,7 +70,8 @@ class TrialReport:
 
     def lines(self) -> list[str]:
         """The report as printed by ``skyfilter filters test``."""
-        out = [f"filter {self.name} ({self.kind}) on {self.source}",
+        out = [f"error: {self.error}"] if self.error else []
+        out += [f"filter {self.name} ({self.kind}) on {self.source}",
                f"alerts scanned: {self.scanned}", f"matched:        {self.matched}",
                f"match rate:     {100 * self.match_rate:.2f} %"]
         if self.per_alert_ms:
@@ -140,8 +142,9 @@ def run_trial(spark: SparkSession, spec: FilterSpec, alerts: DataFrame, source: 
     scanned = sample.count()
     evaluated = add_filter_columns(sample, [spec], F.lit(True))
     verdict = F.col(filter_column(spec.name))
+    error = None
     if spec.kind == "python":
-        per_alert, note = _python_timings(spark, evaluated, spec), "Python, timed alert by alert"
+        (per_alert, error), note = _python_timings(spark, evaluated, spec), "Python, timed alert by alert"
     else:
         per_alert, note = _sql_timings(sample, spec, scanned)
     columns = shown_columns(spark, spec)
@@ -151,10 +154,12 @@ def run_trial(spark: SparkSession, spec: FilterSpec, alerts: DataFrame, source: 
         .select("alert_id", *[F.expr(expression).alias(name) for name, expression in columns]).collect()
     sample.unpersist()
     return TrialReport(spec.name, spec.kind, source, scanned, matched, per_alert, note,
-                       [n for n, _ in columns], [row.asDict() for row in first])
+                       [n for n, _ in columns], [row.asDict() for row in first], error)
 
 
-def _python_timings(spark: SparkSession, evaluated: DataFrame, spec: FilterSpec) -> list[float]:
+def _python_timings(spark: SparkSession, evaluated: DataFrame, spec: FilterSpec) -> tuple[list[float], str | None]:
+    """Each alert's time in a Python filter (called one alert at a time), and the first failure, if any, as
+    ``<file>:<line>: <error> (alert <id>)``."""
     key = "spark.sql.execution.arrow.maxRecordsPerBatch"
     before = spark.conf.get(key)
     spark.conf.set(key, "1")
@@ -162,7 +167,11 @@ def _python_timings(spark: SparkSession, evaluated: DataFrame, spec: FilterSpec)
         reports = evaluated.select(F.col(PYTHON_COLUMN)[REPORT_FIELD].alias("report")).collect()
     finally:
         spark.conf.set(key, before)
-    return [merge_reports([row.report])[spec.name]["seconds"] * 1000.0 for row in reports if row.report]
+    merged = [merge_reports([row.report])[spec.name] for row in reports if row.report]
+    failed = next((entry for entry in merged if entry.get("error")), None)
+    error = None if failed is None else \
+        f"{spec.path}:{spec.line}: {failed['error']} (alert {failed.get('sample')}); the stream would quarantine it"
+    return [entry["seconds"] * 1000.0 for entry in merged], error
 
 
 def _sql_timings(sample: DataFrame, spec: FilterSpec, scanned: int) -> tuple[list[float], str]:
