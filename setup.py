@@ -33,6 +33,7 @@ setup(
         "pandas==2.3.3",
         "pyarrow==21.0.0",
         "prometheus-client==0.26.0",
+        "psutil==7.2.2",
         "pyyaml==6.0.3",
         "tqdm==4.67.1",
     ],

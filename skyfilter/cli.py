@@ -10,7 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from skyfilter.core.config import Config, add_config_arguments, config_from_args
+from skyfilter.core.arguments import add_config_arguments, config_from_args
+from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 
 DESCRIPTION = """skyfilter: the streaming filter stage of an astronomical alert stream.
@@ -27,18 +28,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     kafka = commands.add_parser("kafka", help="start, stop or inspect the local Kafka (KRaft) cluster",
                                 description="Run Apache Kafka locally in KRaft mode from the Maven Central "
-                                            "jars; data and logs live under <state_dir>/kafka.  --nodes 3 (or "
-                                            "--config conf/cluster.yaml) runs three nodes with replication 3 and "
-                                            "min.insync.replicas 2; --config conf/secure.yaml adds SASL/SCRAM "
-                                            "logins and one principal with ACLs per broker.")
-    kafka.add_argument("--brokers", help="brokers file whose principals `start`/`grant` create on a secure "
-                                         "cluster (default: stream.brokers)")
-    kafka.add_argument("action", choices=["start", "stop", "status", "grant"],
-                       help="start|stop|status the local nodes; grant: (re)create the principals and ACLs of "
-                            "a secure cluster from brokers.yaml (start does it too)")
-    kafka.add_argument("--nodes", type=int, help="number of KRaft nodes (default: kafka.nodes)")
-    kafka.add_argument("--port", type=int, help="client port of node 1 (default: kafka.base_port)")
-    add_config_arguments(kafka, "where Kafka data and logs live")
+                                            "jars; data and logs live under <state_dir>/kafka.  `skyfilter kafka "
+                                            "ACTION --help` explains each action.")
+    actions = kafka.add_subparsers(dest="action", required=True, metavar="ACTION")
+    start = actions.add_parser(
+        "start", help="start the local nodes and wait until the cluster answers",
+        description="Start N local KRaft nodes (combined broker and controller) bound to 127.0.0.1, from the "
+                    "Maven Central jars, and wait until the cluster answers; print its bootstrap servers.  Node i "
+                    "listens on PORT+2i (its controller on PORT+2i+1).  --nodes 3 (or --config conf/cluster.yaml) "
+                    "runs three nodes with replication 3 and min.insync.replicas 2; --config conf/secure.yaml adds "
+                    "SASL/SCRAM logins and one principal with ACLs per broker of --brokers.  Every other command "
+                    "given the same --state-dir finds this cluster by itself.")
+    start.add_argument("--nodes", type=int, help="number of KRaft nodes (default: kafka.nodes)")
+    start.add_argument("--port", type=int, help="client port of node 1 (default: kafka.base_port)")
+    start.add_argument("--brokers", help="brokers file whose principals a secure cluster gets (default: "
+                                         "stream.brokers)")
+    add_config_arguments(start, "where Kafka data and logs live")
+    stop = actions.add_parser("stop", help="stop the nodes this state dir's `start` started",
+                              description="Stop the local nodes of the state dir, by pid, each checked against "
+                                          "its node's command line (nothing else is ever signalled).")
+    add_config_arguments(stop, "where Kafka data and logs live")
+    status = actions.add_parser("status", help="each node: running or stopped, ports, log file",
+                                description="Each local node of the state dir: running (pid) or stopped, its "
+                                            "client and controller ports (from its own server.properties) and log "
+                                            "file; then the bootstrap servers of the running nodes.")
+    add_config_arguments(status, "where Kafka data and logs live")
+    grant = actions.add_parser("grant", help="(re)create the logins and ACLs of a secure cluster",
+                               description="On a secure cluster (--config conf/secure.yaml): (re)create the "
+                                           "pipeline's, the producer's and every broker's login and ACLs from the "
+                                           "brokers file.  `start` does it too.")
+    grant.add_argument("--brokers", help="brokers file (default: stream.brokers)")
+    add_config_arguments(grant, "where Kafka data and logs live")
 
     spark = commands.add_parser(
         "spark", help="start or stop a Spark standalone cluster on this machine",
@@ -64,11 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "`serve` answers Confluent's Schema Registry REST API over it, so confluent-kafka's "
                     "SchemaRegistryClient, AvroSerializer and AvroDeserializer (and every client built on "
                     "them) decode skyfilter's topics: point them at http://HOST:PORT.  `list` prints every "
-                    "subject with its versions and schema ids.")
-    registry.add_argument("action", choices=["serve", "list"])
+                    "subject with its versions and schema ids.  `check SCHEMA_FILE --topic T` says whether the "
+                    "stream would read alerts written with that schema (exit 1 if not).  `delete TOPIC_OR_SUBJECT "
+                    "--version N` soft-deletes a version (then --permanent removes it), as Confluent's registry "
+                    "does: the stream stops reading alerts of it; messages already written still decode by id.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    registry.add_argument("action", choices=["serve", "list", "check", "delete"])
+    registry.add_argument("target", nargs="?", metavar="SCHEMA_FILE|TOPIC",
+                          help="check: an Avro schema file (.avsc); delete: a topic or its '<topic>-value' subject")
+    registry.add_argument("--topic", help="check: the input topic (default: topics.alerts)")
+    registry.add_argument("--version", type=int, help="delete: the version number (default: every version)")
+    registry.add_argument("--permanent", action="store_true",
+                          help="delete: remove versions soft-deleted before, for good")
     registry.add_argument("--host", help="serve: address to listen on (default: schema_registry.serve.host)")
     registry.add_argument("--port", type=int, help="serve: port (default: schema_registry.serve.port)")
-    add_config_arguments(registry, bootstrap=True)
+    add_config_arguments(registry, "where the local Kafka runs (its bootstrap servers are found there)", bootstrap=True)
 
     consume = commands.add_parser(
         "consume", help="read a topic decoded through the registry: print JSON lines or write Avro/JSON files",
@@ -89,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--output-dir", type=Path, help="write one file per message here instead of printing")
     consume.add_argument("--format", choices=["json", "avro"], default="json", dest="output_format",
                          help="file format with --output-dir (default json)")
-    add_config_arguments(consume, bootstrap=True)
+    add_config_arguments(consume, "where the local Kafka runs (its bootstrap servers are found there)", bootstrap=True)
 
     produce = commands.add_parser(
         "produce", help="simulate visits of Rubin alerts, or replay Avro files, into Kafka",
@@ -117,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--topic", help="Kafka topic (default: topics.alerts)")
     produce.add_argument("--bootstrap", help="Kafka bootstrap servers (default: kafka.bootstrap_servers)")
     produce.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_config_arguments(produce)
+    add_config_arguments(produce, "where the local Kafka runs (its bootstrap servers are found there)")
 
     filters = commands.add_parser(
         "filters", help="check filters, try one on sample alerts, or show their states in a stream",
@@ -197,9 +227,9 @@ def cmd_kafka(args: argparse.Namespace) -> int:
     from skyfilter.core.topics import replication
 
     cfg = load_config(args)
-    if args.port:
+    if getattr(args, "port", None):
         cfg.set("kafka.base_port", args.port)
-    cluster = LocalKafka(cfg, args.nodes)
+    cluster = LocalKafka(cfg, getattr(args, "nodes", None))
     if args.action in ("start", "grant"):
         bootstrap = cluster.start() if args.action == "start" else cluster.bootstrap_servers
         factor, insync = replication(cfg, len(cluster.nodes))
@@ -336,11 +366,21 @@ def cmd_consume(args: argparse.Namespace) -> int:
 def cmd_registry(args: argparse.Namespace) -> int:
     from skyfilter.core.registry_server import serve
     from skyfilter.core.registry_topic import KafkaTopicRegistry
+    from skyfilter.stream.registry_tools import check_schema_file, delete_versions
 
     cfg = load_config(args)
+    if args.action in ("check", "delete") and not args.target:
+        raise SkyfilterError(f"registry {args.action} needs a " + ("schema file" if args.action == "check" else
+                                                                    "topic or subject"))
     if args.action == "list":
         for line in KafkaTopicRegistry(cfg).listing():
             print(line)
+    elif args.action == "check":
+        problem, line = check_schema_file(cfg, Path(args.target), args.topic or cfg.topics.alerts)
+        print(line)
+        return 1 if problem else 0
+    elif args.action == "delete":
+        print(delete_versions(cfg, args.target, args.version, args.permanent))
     else:
         serve(cfg, args.host, args.port, log=lambda line: print(line, flush=True))
     return 0

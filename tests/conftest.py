@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import json
 import os
@@ -20,6 +21,7 @@ from confluent_kafka import DeserializingConsumer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 
+from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.config import Config
 from skyfilter.core.kafka_local import LocalKafka, free_port_pair
 from skyfilter.core.wire import unframe
@@ -219,14 +221,18 @@ def consume_avro(kafka_cfg, registry_url: str, topic: str, count: int, timeout_s
 
 
 
-def stream_process(cfg: Config, topic: str, folder: Path, extra: list[str]) -> tuple[subprocess.Popen, list[str]]:
+def stream_process(cfg: Config, topic: str, folder: Path, extra: list[str], submit: bool = False
+                   ) -> tuple[subprocess.Popen, list[str]]:
     """``filter_stream.py`` as an operator runs it (filters and brokers.yaml in ``folder``), once it says
-    ``running:``; its output lines keep coming into the returned list."""
-    command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", topic,
+    ``running:``; its output lines keep coming into the returned list.  ``submit``: through ``spark-submit
+    --master local[2]``, in a process group of its own (signals reach only what the test sends them to)."""
+    launcher = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]"] if submit else \
+        [sys.executable]
+    command = [*launcher, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", topic,
                "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
                "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir), *extra]
     job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=submit)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(line.rstrip() for line in job.stdout), daemon=True).start()
     deadline = time.time() + 240
@@ -248,3 +254,11 @@ def rewrite_as_ztf_402(path: Path, target: Path) -> dict:
     with open(path, "rb") as handle:
         return next(iter(fastavro.reader(handle)))
 
+
+def snr_as_string() -> dict:
+    """Rubin 11.1 with ``diaSource.snr`` turned into a string: a version no reader of real 11.1 data can read."""
+    bad = copy.deepcopy(rubin_schema("11.1"))
+    source = next(f["type"] for f in bad["fields"] if f["name"] == "diaSource")
+    record = source if isinstance(source, dict) else next(b for b in source if isinstance(b, dict))
+    next(f for f in record["fields"] if f["name"] == "snr")["type"] = ["null", "string"]
+    return bad

@@ -31,7 +31,7 @@ class Job:
         command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", TOPIC, "--lane", lane,
                    "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
                    "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir),
-                   "--set", "monitoring.port=null", *extra]
+                   "--set", "monitoring.port=null", "--starting-offsets", "earliest", *extra]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.lines: list[tuple[float, str]] = []

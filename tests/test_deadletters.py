@@ -3,7 +3,11 @@ to the ``rejects`` table; the good alerts around them are all delivered."""
 
 from __future__ import annotations
 
+import base64
 import io
+import json
+import subprocess
+import sys
 
 import fastavro
 from confluent_kafka import Producer
@@ -11,7 +15,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from conftest import DATA, decode_messages, stream_args, write_files
+from conftest import DATA, ROOT, decode_messages, stream_args, write_files
 from skyfilter.core.avro_schemas import avro_files, read_container, rubin_schema
 from skyfilter.core.delivery import read_topic
 from skyfilter.core.registry import open_registry, subject_for
@@ -85,3 +89,36 @@ def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, sp
     rejects = spark.read.format("delta").load(str(kafka_cfg.delta_dir / TOPIC / "rejects"))
     assert sorted(r.kafka_key for r in rejects.select("kafka_key").collect()) == sorted(bad)
     assert any(f"sent to '{TOPIC}.deadletter'" in line for line in lines)
+
+    # `skyfilter consume` prints every dead letter, finding the Kafka from --state-dir alone; a body that does
+    # not decode comes as base64 with the reason
+    shown = subprocess.run([sys.executable, "-m", "skyfilter.cli", "consume", f"{TOPIC}.deadletter",
+                            "--from-beginning", "--idle", "3", "--state-dir", str(kafka_cfg.state_dir)],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    printed = {base64.b64decode(m["value_base64"]) if "value_base64" in m else None: m
+               for m in map(json.loads, shown.stdout.splitlines())}
+    assert len(shown.stdout.splitlines()) == 9 and shown.stderr.strip().startswith(
+        f"consumed 9 message(s) from '{TOPIC}.deadletter'")
+    truncated = printed[bad[b"truncated"][0]]
+    assert truncated["error"].startswith("the body does not decode with its schema")
+    assert truncated["headers"]["reason"].startswith("Avro body does not decode")
+
+    # the unregistered id gets registered (a readable version): the next start re-drives its letter, once
+    unknown = next(m for m in letters if m.key == b"unknown-id")
+    open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), same_alerts=True,
+                                      schema_id=987654)
+    again: list[str] = []
+    second = run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
+                             extra=["--set", f"stream.max_alert_bytes={MAX_BYTES}"]), spark, again.append)
+    assert f"re-drove 1 dead letter(s) of schema id(s) 987654 to '{TOPIC}': the stream reads them now" in again
+    assert second.input_alerts == 1 and second.rejected == 0
+    redriven = [m for m in read_topic(kafka_cfg, TOPIC) if "redriven_from" in m.headers]
+    assert [(m.key, m.value, m.headers["redriven_from"]) for m in redriven] == [
+        (b"unknown-id", unknown.value, f"{TOPIC}.deadletter/{unknown.partition}/{unknown.offset}")]
+    redelivered = [m for m in read_topic(kafka_cfg, "filtered.dl_all") if m.key == b"unknown-id"]
+    assert len(redelivered) == 1
+    third: list[str] = []
+    assert run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml"), spark,
+               third.append).input_alerts == 0
+    assert not any(line.startswith("re-drove") for line in third), "a letter is re-driven once"

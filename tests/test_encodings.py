@@ -105,20 +105,22 @@ def test_fink_client_reads_full_alerts_from_the_schema_in_the_key(encoded):
 
 def test_fink_client_reads_lite_records(encoded):
     alerts = _fink_read(encoded["cfg"], "filtered.enc_fink_lite")
-    assert {alert["alert_id"] for alert, _ in alerts} == encoded["snr10"]
+    assert {str(alert["alert_id"]) for alert, _ in alerts} == encoded["snr10"]
     for alert, _ in alerts:
-        source = encoded["records"][alert["alert_id"]]["diaSource"]
+        assert isinstance(alert["alert_id"], int), "alert_id keeps diaSourceId's type (long)"
+        source = encoded["records"][str(alert["alert_id"])]["diaSource"]
         assert alert["snr"] == pytest.approx(source["snr"]) and alert["ra"] == source["ra"]
         assert alert["matched_filters"] == ["snr10"]
 
 
 def test_lasair_consumer_reads_json_records(encoded):
     lite = _lasair_read(encoded["cfg"], "filtered.enc_json_lite")
-    assert {m["alert_id"] for m in lite} == encoded["snr10"]
+    assert {str(m["alert_id"]) for m in lite} == encoded["snr10"]
     for message in lite:
-        expected = ["snr10", "bright"] if message["alert_id"] in encoded["bright"] else ["snr10"]
-        assert message["matched_filters"] == expected
-        assert message["snr"] == pytest.approx(encoded["records"][message["alert_id"]]["diaSource"]["snr"])
+        alert_id = str(message["alert_id"])
+        expected = ["snr10", "bright"] if alert_id in encoded["bright"] else ["snr10"]
+        assert message["matched_filters"] == expected and isinstance(message["alert_id"], int)
+        assert message["snr"] == pytest.approx(encoded["records"][alert_id]["diaSource"]["snr"])
     nocutouts = _lasair_read(encoded["cfg"], "filtered.enc_json_nocutouts")
     assert {str(m["diaSourceId"]) for m in nocutouts} == encoded["bright"]
     assert all("cutoutDifference" not in m and m["diaSource"]["diaSourceId"] == m["diaSourceId"] for m in nocutouts)

@@ -73,6 +73,7 @@ def _stream_in_background(cfg: Config, spark, topic: str, folder, idle_s: float)
         try:
             result["totals"] = run(stream_args(cfg, topic, folder / "filters", folder / "brokers.yaml",
                                                extra=["--trigger", "1s", "--stop-when-idle", str(idle_s),
+                                                      "--starting-offsets", "earliest",
                                                       "--set", "stream.max_offsets_per_trigger=40",
                                                       "--set", "kafka.connect_wait_s=120"]),
                                    spark, lines.append)

@@ -41,7 +41,8 @@ def test_filters_and_brokers_change_while_the_stream_runs(kafka_cfg, spark, tmp_
     brokers = tmp_path / "brokers.yaml"
     brokers.write_text(BROKERS)
     lines: list[str] = []
-    args = stream_args(kafka_cfg, TOPIC, filters, brokers, extra=["--trigger", "1s", "--stop-when-idle", "15"])
+    args = stream_args(kafka_cfg, TOPIC, filters, brokers, extra=["--trigger", "1s", "--stop-when-idle", "15",
+                                                                  "--starting-offsets", "earliest"])
     result = {}
     _produce(kafka_cfg, "2026-11-01", 1)
     stream = threading.Thread(target=lambda: result.setdefault("totals", run(args, spark, lines.append)))
@@ -73,3 +74,16 @@ def test_filters_and_brokers_change_while_the_stream_runs(kafka_cfg, spark, tmp_
     alerts = spark.read.format("delta").load(str(kafka_cfg.delta_dir / TOPIC / "alerts"))
     assert alerts.count() == 50 and alerts.select("alert_id").distinct().count() == 50
     assert result["totals"].input_alerts == 50
+
+    # A stream under a new name on this topic starts from its end: nothing is delivered twice
+    again: list[str] = []
+    later = threading.Thread(target=lambda: result.setdefault("again", run(stream_args(
+        kafka_cfg, TOPIC, filters, brokers, name="hr_again", extra=["--trigger", "1s", "--stop-when-idle", "8",
+                                                                    "--lane", "delivery"]), spark, again.append)))
+    later.start()
+    _wait_for(again, lambda ls: any(line.startswith("stream 'hr_again' running") for line in ls))
+    _produce(kafka_cfg, "2026-11-03", 3)
+    later.join(timeout=120)
+    assert f"starting offsets: topic '{TOPIC}' holds 50 message(s) from before this stream's first start; they " \
+           f"are not read (--starting-offsets earliest reads them)" in again
+    assert result["again"].input_alerts == 25

@@ -39,8 +39,8 @@ def kafka_pids(properties_folder: Path) -> list[int]:
 
 def test_start_status_stop_leaves_no_process(tmp_path):
     port = str(free_port_pair(27300))
-    where = ["--state-dir", str(tmp_path), "--port", port]
-    started = skyfilter("kafka", "start", *where)
+    where = ["--state-dir", str(tmp_path)]
+    started = skyfilter("kafka", "start", *where, "--port", port)
     assert started.returncode == 0, started.stderr
     assert f"bootstrap servers 127.0.0.1:{port}" in started.stdout
     assert len(kafka_pids(tmp_path)) == 1
@@ -51,7 +51,12 @@ def test_start_status_stop_leaves_no_process(tmp_path):
     assert kafka_status_ports(status.stdout) == {1: (int(port), int(port) + 1)}
     assert listening_ports(pid) == {int(port), int(port) + 1}
     assert f"bootstrap servers 127.0.0.1:{port}" in status.stdout
-    again = skyfilter("kafka", "start", *where)  # idempotent: already running
+    # every command finds this Kafka from the state dir alone (its port is not the configured one)
+    listed = skyfilter("registry", "list", *where)
+    assert listed.returncode == 0 and listed.stdout.strip().endswith(f"at 127.0.0.1:{port}"), listed.stderr
+    screen = skyfilter("status", *where)
+    assert screen.returncode == 0 and f"127.0.0.1:{port}" in screen.stdout, screen.stdout + screen.stderr
+    again = skyfilter("kafka", "start", *where, "--port", port)  # idempotent: already running
     assert again.returncode == 0 and len(kafka_pids(tmp_path)) == 1
     stopped = skyfilter("kafka", "stop", *where)
     assert stopped.returncode == 0 and "stopped 1 Kafka node(s)" in stopped.stdout

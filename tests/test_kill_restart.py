@@ -25,7 +25,8 @@ def start_stream(cfg, folder) -> tuple[subprocess.Popen, list[str]]:
     command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", TOPIC,
                "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
                "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir), "--trigger", "1s",
-               "--set", "stream.max_offsets_per_trigger=20", "--archive-trigger", "2s"]
+               "--set", "stream.max_offsets_per_trigger=20", "--archive-trigger", "2s",
+               "--starting-offsets", "earliest"]  # the night started before the stream
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines: list[str] = []

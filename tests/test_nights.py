@@ -106,6 +106,16 @@ def test_refiltering_a_night_yields_exactly_the_stream_matches(kafka_cfg, spark,
     refiltered = spark.read.format("delta").load(result["table"]).where(F.col("night") == NIGHT)
     expected = sorted(tuple(r) for r in streamed.select(*columns).collect())
     assert expected and sorted(tuple(r) for r in refiltered.select(*columns).collect()) == expected
+    per_broker = {b: sum(1 for r in expected if r[1] == b) for b in {r[1] for r in expected}}
+    assert {b: n for b, n in result["by_broker"].items() if n} == per_broker
+
+    lines: list[str] = []
+    shown = replay_night.run(replay_args(kafka_cfg, "--show-matches", "--limit", "3"), spark, lines.append)
+    assert shown["by_broker"] == per_broker and shown["matches"] == len(expected)
+    assert [line for line in lines if line.startswith("  broker ")] == [
+        f"  broker {b}: {n} alerts" for b, n in sorted(per_broker.items())]
+    assert sum(line.startswith("  visit ") for line in lines) == 3
+    assert lines[-1] == f"night {NIGHT}: {len(expected)} re-filtered matches in {result['table']}"
 
 
 def test_time_travel_returns_the_archive_as_it_was(kafka_cfg, spark, night):
@@ -169,7 +179,8 @@ def test_same_night_through_two_triggers_gives_a_latency_throughput_table(kafka_
         replay_night.run(replay_args(kafka_cfg, "--to-topic", topic, "--visits", "1-3", "--speed", "5"), spark,
                          lambda line: None)
         run(stream_args(kafka_cfg, topic, folder / "filters", folder / "brokers.yaml",
-                        extra=["--trigger", trigger, "--stop-when-idle", "3"]), spark, lambda line: None)
+                        extra=["--trigger", trigger, "--stop-when-idle", "3", "--starting-offsets", "earliest"]),
+            spark, lambda line: None)
     rows = {row["stream"]: row for row in trigger_rows(spark, kafka_cfg, ["night.trigger0", "night.trigger2s"])}
     assert rows["night.trigger0"]["trigger"] == "0s" and rows["night.trigger2s"]["trigger"] == "2s"
     for row in rows.values():

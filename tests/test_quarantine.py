@@ -10,6 +10,9 @@ from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.quarantine import Quarantine
+from skyfilter.stream.reload import PlanReloader
+from skyfilter.stream.stream_plan import PlanCell, build_plan
 from skyfilter.stream.tables import table_paths
 
 TOPIC = "quar.alerts"
@@ -91,3 +94,17 @@ def test_failing_and_slow_filters_are_quarantined_and_the_others_deliver_everyth
     again: list[str] = []
     run(args, spark, again.append)  # a restart keeps unchanged quarantined filters off
     assert any("filter 'breaks_on_visit2' stays quarantined" in line for line in again)
+
+    # a hot reload leaves quarantined filters off, and says nothing of them, until their files change
+    cell = PlanCell(build_plan(spark, kafka_cfg, TOPIC, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
+                               (0, "")))
+    reloads: list[str] = []
+    quarantine = Quarantine(spark, kafka_cfg, cell, tmp_path / "filters", reloads.append)
+    reloader = PlanReloader(spark, kafka_cfg, cell, tmp_path / "filters", tmp_path / "brokers.yaml",
+                            reloads.append, quarantine.held_off)
+    (tmp_path / "filters" / "everything.sql").write_text("diaSource.snr > 4")
+    reloader.reload()
+    (tmp_path / "filters" / "everything.sql").write_text("diaSource.snr > 3")
+    reloader.reload()
+    assert [line for line in reloads if line.startswith("reload: ")] == ["reload: filter(s) changed: everything"] * 2
+    assert {spec.name for spec in cell.current.filters} == {"everything"}

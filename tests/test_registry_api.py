@@ -16,7 +16,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import StringSerializer
 
-from conftest import DATA, ROOT, consume_avro
+from conftest import DATA, ROOT, consume_avro, snr_as_string
 from skyfilter.core.avro_schemas import avro_files, read_container, rubin_schema, schema_text
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_local import free_port_pair
@@ -119,3 +119,72 @@ def test_registry_command_serves_and_lists(kafka_cfg, tmp_path):
     assert listed.stdout.strip().splitlines()[-1].endswith(f"in topic '_skyfilter_schemas' at "
                                                           f"{kafka_cfg.bootstrap_servers}")
 
+
+
+def test_deleting_versions_soft_then_permanent_through_the_confluent_client(registry_url, kafka_cfg):
+    client = SchemaRegistryClient({"url": registry_url})
+    subject = f"del-{uuid.uuid4().hex[:8]}-value"
+    first = client.register_schema(subject, Schema(json.dumps(V1), "AVRO"))
+    second = client.register_schema(subject, Schema(json.dumps(V2), "AVRO"))
+    with pytest.raises(SchemaRegistryError) as not_soft:
+        client.delete_version(subject, 1, permanent=True)
+    assert not_soft.value.http_status_code == 404 and not_soft.value.error_code == 40407
+    assert client.delete_version(subject, 1) == 1
+    assert client.get_versions(subject) == [2], "version numbers do not move"
+    assert client.get_version(subject, 2).schema_id == second
+    assert json.loads(client.get_schema(first).schema_str) == V1, "a deleted version's schema keeps its id"
+    assert KafkaTopicRegistry(kafka_cfg).versions(subject) == [second]
+    with pytest.raises(SchemaRegistryError) as twice:
+        client.delete_version(subject, 1)
+    assert twice.value.error_code == 40406
+    assert client.delete_version(subject, 1, permanent=True) == 1
+    client = SchemaRegistryClient({"url": registry_url})  # the client caches what it registered: a fresh one
+    third = client.register_schema(subject, Schema(json.dumps(V1), "AVRO"))
+    assert third == first and client.get_version(subject, 3).schema_id == first, "registered again: a new version"
+    assert client.get_versions(subject) == [2, 3]
+
+    assert client.set_compatibility(subject, "FULL") == {"compatibility": "FULL"}
+    assert client.get_compatibility(subject) == "FULL" and client.get_compatibility() == "NONE"
+    assert client.delete_subject(subject) == [2, 3]
+    assert subject not in client.get_subjects()
+    assert client.delete_subject(subject, permanent=True) == [2, 3]
+    with pytest.raises(SchemaRegistryError) as gone:
+        client.get_versions(subject)
+    assert gone.value.error_code == 40401
+
+
+def test_registry_check_and_delete_commands(kafka_cfg, tmp_path):
+    topic = f"check.{uuid.uuid4().hex[:6]}"
+    registry = KafkaTopicRegistry(kafka_cfg)
+    good = registry.register(f"{topic}-value", rubin_schema("10.0"), same_alerts=True)
+    files = {"v11": rubin_schema("11.1"), "bad": snr_as_string(), "ztf": read_container(
+        avro_files([DATA / "ztf-3.3"])[0])[0]}
+    for name, schema in files.items():
+        (tmp_path / f"{name}.avsc").write_text(json.dumps(schema))
+    base = [sys.executable, "-m", "skyfilter.cli", "registry"]
+    where = ["--bootstrap", kafka_cfg.bootstrap_servers, "--state-dir", str(kafka_cfg.state_dir)]
+
+    def run(*arguments):
+        return subprocess.run([*base, *arguments, *where], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+    checked = {name: run("check", str(tmp_path / f"{name}.avsc"), "--topic", topic) for name in files}
+    assert checked["v11"].returncode == 0 and "it would be the reader" in checked["v11"].stdout
+    assert checked["bad"].returncode == 1
+    assert "would dead-letter these alerts" in checked["bad"].stdout and "diaSource.snr" in checked["bad"].stdout
+    assert checked["ztf"].returncode == 1 and "holds ZTF alerts; this stream reads Rubin alerts" in \
+        checked["ztf"].stdout
+
+    bad = registry.register(f"{topic}-value", snr_as_string())  # as a REST client does; the level is NONE
+    deleted = run("delete", topic, "--version", "2")
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.strip() == (f"{topic}-value: version(s) 2 soft-deleted (--permanent removes them for "
+                                      f"good); schema id(s) {bad} no longer read by streams on this topic")
+    assert registry.versions(f"{topic}-value") == [good]
+    again = run("delete", topic, "--version", "2")
+    assert again.returncode == 2 and again.stderr.strip() == (
+        f"skyfilter registry: error: Subject '{topic}-value' Version 2 was soft deleted. Set permanent=true to "
+        f"delete permanently")
+    assert run("delete", topic, "--version", "2", "--permanent").returncode == 0
+    missing = run("check")
+    assert missing.returncode == 2 and missing.stderr.strip() == "skyfilter registry: error: registry check needs a " \
+                                                                "schema file"

@@ -13,10 +13,14 @@ beside it.
 from __future__ import annotations
 
 import io
+import itertools
+import json
+import threading
+import time
 
 import fastavro
 
-from conftest import DATA, consume_avro, stream_folder, stream_process
+from conftest import DATA, consume_avro, snr_as_string, stream_args, stream_folder, stream_process
 from skyfilter.core.alert_columns import detect
 from skyfilter.core.avro_schemas import (
     avro_files,
@@ -35,7 +39,7 @@ from skyfilter.core.wire import frame, unframe
 from skyfilter.jobs import replay_night
 from skyfilter.producers.command import ProduceOptions, produce
 from skyfilter.stream.decode import decode
-from skyfilter.stream.input_schemas import InputSchemas
+from skyfilter.stream.input_schemas import choose_inputs
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA
 from skyfilter.stream.tables import table_paths
 
@@ -74,24 +78,46 @@ def test_other_surveys_alerts_are_not_a_version():
     ztf = read_container(avro_files([DATA / "ztf-3.3"])[0])[0]
     assert different_alerts(rubin_schema("10.0"), rubin_schema("11.1")) is None
     assert "top-level fields" in different_alerts(rubin_schema("11.1"), ztf)
-    _, unreadable = reader_for([(1, ztf), (2, rubin_schema("11.1"))])
-    assert "not the same alerts" in unreadable[1]
+    reader, unreadable = reader_for([(1, ztf), (2, rubin_schema("11.1"))])
+    assert schema_name(reader) == "ztf.alert"
+    assert unreadable[2] == "schema id 2 (lsst.v11_1.alert) holds Rubin alerts; this stream reads ZTF alerts"
+
+
+def test_no_version_poisons_the_reader_in_any_order():
+    v9, v10, v11, bad = rubin_schema("9.0"), rubin_schema("10.0"), rubin_schema("11.1"), snr_as_string()
+    texts = {9: schema_text(v9), 10: schema_text(v10), 11: schema_text(v11), 66: schema_text(bad)}
+    for order in itertools.permutations([9, 11, 66]):
+        registered = [10, *order]
+        at_start = choose_inputs(TOPIC, {i: texts[i] for i in registered})
+        running = choose_inputs(TOPIC, {10: texts[10]})
+        for schema_id in order:  # each registered while the stream runs
+            running = running.with_writers({schema_id: texts[schema_id]})
+        for inputs in (at_start, running):
+            assert set(inputs.readable) == {9, 10, 11} and set(inputs.unreadable) == {66}, order
+            assert "diaSource.snr: no branch of the reader's union reads a string" in inputs.unreadable[66]
+            assert inputs.reader_id == 11 and schema_name(inputs.reader) == "lsst.v11_1.alert"
+            assert all(not read_problems(inputs.reader, w) for w in (v9, v10, v11))
+    pinned = choose_inputs(TOPIC, {i: texts[i] for i in (10, 11, 66)}, pinned=v10)
+    assert pinned.pinned and pinned.reader_id is None and schema_name(pinned.reader) == "lsst.v10_0.alert"
+    assert set(pinned.readable) == {10, 11} and set(pinned.unreadable) == {66}
 
 
 def test_a_version_the_reader_cannot_read_is_a_dead_letter_with_the_reason(spark):
-    v10, v11 = rubin_schema("10.0"), rubin_schema("11.1")
-    schemas = InputSchemas(TOPIC, v11, {11: schema_text(v11)}).with_writers({10: schema_text(v10)})
-    assert list(schemas.readable) == [11] and "psfNdata: a null cannot be read as a int" in schemas.unreadable[10]
+    v10, v11, bad = rubin_schema("10.0"), rubin_schema("11.1"), snr_as_string()
+    schemas = choose_inputs(TOPIC, {11: schema_text(v11)}).with_writers({10: schema_text(v10), 66: schema_text(bad)})
+    assert list(schemas.readable) == [11, 10] and list(schemas.unreadable) == [66]
     schemas = schemas.not_registered([99])
-    rows = [(None, frame(11, schemaless_body(v11, filled_record(v11))), TOPIC, 0, 0, None, 0),
-            (None, frame(10, schemaless_body(v10, filled_record(v10))), TOPIC, 0, 1, None, 0),
-            (None, frame(99, b"\x00"), TOPIC, 0, 2, None, 0)]
+    rows = [(None, frame(i, schemaless_body(w, filled_record(w))), TOPIC, 0, offset, None, 0)
+            for offset, (i, w) in enumerate([(11, v11), (10, v10), (66, bad)])]
+    rows.append((None, frame(99, b"\x00"), TOPIC, 0, 3, None, 0))
     decoded = decode(spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA), schemas, detect(v11), 12.0)
     reasons = [r.reject_reason for r in decoded.orderBy("kafka_offset").collect()]
-    assert reasons[0] is None
-    assert "schema id 10 (lsst.v10_0.alert) cannot be read as this stream's alerts" in reasons[1]
-    assert "restarting the stream widens its reader" in reasons[1]
-    assert reasons[2] == f"schema id 99 is not registered for topic '{TOPIC}' (subject '{TOPIC}-value')"
+    assert reasons[:2] == [None, None]
+    assert reasons[2].startswith("schema id 66 (lsst.v11_1.alert) cannot be read as this stream's alerts: "
+                                 "diaSource.snr")
+    assert reasons[3] == f"schema id 99 is not registered for topic '{TOPIC}' (subject '{TOPIC}-value')"
+    registered = schemas.with_writers({99: schema_text(v10)})
+    assert 99 in registered.readable and 99 not in registered.reasons, "an id registered late is read from then on"
 
 
 def _independent(records: list[dict]) -> dict[str, set[str]]:
@@ -123,7 +149,7 @@ def test_a_night_moving_from_10_0_to_11_1_while_the_stream_runs(kafka_cfg, spark
     assert halves[0].schema_id == first_id != halves[1].schema_id
     assert registry.versions(subject_for(TOPIC)) == [first_id, halves[1].schema_id]
     adopted = [line for line in lines if f"new input schema version, schema id {halves[1].schema_id} "
-               f"(lsst.v11_1.alert): decoded from now on" in line]
+               f"(lsst.v11_1.alert): the reader from now on (Rubin)" in line]
     assert adopted and all(line.startswith(("realtime lane", "delivery lane", "archive lane")) for line in adopted)
 
     inputs = read_topic(kafka_cfg, TOPIC)
@@ -147,6 +173,9 @@ def test_a_night_moving_from_10_0_to_11_1_while_the_stream_runs(kafka_cfg, spark
     assert {m.headers["alert_id"] for m in lite} == expected["evo_lite"]
     capped = {m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.evo_capped")}  # resent, not more
     assert len(capped) == 16 and capped <= expected["evo_full"], "4 per visit, the same after a restart"
+    nocutouts = [json.loads(registry.schema(i)) for i in registry.versions(subject_for("filtered.evo_capped"))]
+    assert [schema_name(n) for n in nocutouts] == ["lsst.v10_0.alert_nocutouts", "lsst.v11_1.alert_nocutouts"], \
+        "the nocutouts topic follows the input's newest version"
     decoded = consume_avro(kafka_cfg, registry_url, "filtered.evo_full", len(full))
     assert {str(v["diaSourceId"]) for v in decoded} == expected["evo_full"]
 
@@ -165,3 +194,83 @@ def test_a_night_moving_from_10_0_to_11_1_while_the_stream_runs(kafka_cfg, spark
     restored = read_topic(kafka_cfg, f"{TOPIC}.restored")
     assert sorted((m.key, m.value) for m in restored) == sorted((m.key, m.value) for m in inputs)
     assert registry.versions(subject_for(f"{TOPIC}.restored")) == [first_id, halves[1].schema_id]
+
+
+POISON = "poison.alerts"
+POISON_BROKERS = """
+brokers:
+  poison_bright:
+    filters: [bright]
+    max_alerts_per_visit: null
+    topic: {topic}
+"""
+
+
+def _snr_as_text(registry: KafkaTopicRegistry) -> tuple[int, list[tuple[bytes, bytes]]]:
+    """20 alerts of the bad version (snr written as text), registered on the poison topic: (id, messages)."""
+    bad = snr_as_string()
+    bad_id = registry.register(subject_for(POISON), bad)  # as a REST client does (level NONE): accepted
+    messages = []
+    for index in range(20):
+        record = filled_record(bad)
+        record["diaSourceId"] = record["diaSource"]["diaSourceId"] = 990_000 + index
+        record["diaSource"]["snr"] = f"{30.0 + index:.1f}"
+        messages.append((str(index).encode(), frame(bad_id, schemaless_body(bad, record))))
+    return bad_id, messages
+
+
+def test_a_bad_version_mid_night_never_stops_the_stream_or_its_restarts(kafka_cfg, spark, tmp_path):
+    from confluent_kafka import Producer
+
+    from skyfilter.jobs.filter_stream import run
+
+    folder = stream_folder(tmp_path, {"bright.sql": "diaSource.snr > 20"},
+                           POISON_BROKERS.format(topic="filtered.poison_bright"))
+    registry = KafkaTopicRegistry(kafka_cfg)
+    registry.register(subject_for(POISON), rubin_schema("10.0"), same_alerts=True)
+    lines: list[str] = []
+    args = stream_args(kafka_cfg, POISON, folder / "filters", folder / "brokers.yaml",
+                       extra=["--trigger", "1s", "--stop-when-idle", "10", "--lane", "delivery"])
+    stream = threading.Thread(target=lambda: run(args, spark, lines.append))
+    stream.start()
+    while not any(line.startswith(f"stream '{POISON}' running") for line in lines):
+        assert stream.is_alive(), lines[-5:]
+        time.sleep(0.3)
+    for version, visit in (("10.0", 1), ("11.1", 2)):
+        produce(kafka_cfg, ProduceOptions(topic=POISON, visits=1, alerts_per_visit=20, interval_s=0.0, seed=70 + visit,
+                                          night=NIGHT, first_visit=visit, schema_version=version, progress=False),
+                log=lambda line: None)
+    bad_id, bad_messages = _snr_as_text(registry)
+    producer = Producer({"bootstrap.servers": kafka_cfg.bootstrap_servers})
+    for key, value in bad_messages:
+        producer.produce(POISON, key=key, value=value)
+    assert producer.flush(30) == 0
+    produce(kafka_cfg, ProduceOptions(topic=POISON, visits=1, alerts_per_visit=20, interval_s=0.0, seed=74,
+                                      night=NIGHT, first_visit=4, schema_version="9.0", progress=False),
+            log=lambda line: None)  # an older version after the newer ones
+    stream.join(timeout=300)
+    assert not stream.is_alive()
+    assert any(f"schema id {bad_id} (lsst.v11_1.alert) cannot be read as this stream's alerts: diaSource.snr" in line
+               and "its alerts go to the dead letters" in line for line in lines), lines
+
+    inputs = read_topic(kafka_cfg, POISON)
+    good = [m for m in inputs if unframe(m.value)[0] != bad_id]
+    writers = {i: json.loads(registry.schema(i)) for i in {unframe(m.value)[0] for m in good}}
+    records = [fastavro.schemaless_reader(io.BytesIO(unframe(m.value)[1]), writers[unframe(m.value)[0]], None)
+               for m in good]
+    assert len(good) == 60 and len(writers) == 3
+    expected = {str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 20}
+    assert expected and {m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.poison_bright")} == expected
+    letters = read_topic(kafka_cfg, f"{POISON}.deadletter")
+    assert sorted(m.value for m in letters) == sorted(v for _, v in bad_messages)
+    assert all("diaSource.snr" in m.headers["reason"] for m in letters)
+
+    # every later start, a fresh one included, reads the same way: the bad version never enters the reader
+    again = stream_folder(tmp_path / "again", {"bright.sql": "diaSource.snr > 20"},
+                          POISON_BROKERS.format(topic="filtered.poison_again"))
+    fresh: list[str] = []
+    totals = run(stream_args(kafka_cfg, POISON, again / "filters", again / "brokers.yaml", name="poison_fresh",
+                             extra=["--lane", "delivery"]), spark, fresh.append)
+    assert totals.input_alerts == 80 and totals.rejected == 20, fresh
+    assert any("read as schema id" in line and f"dead-lettered: schema id {bad_id}" in line for line in fresh), fresh
+    assert {m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.poison_again")} == expected

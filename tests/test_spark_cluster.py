@@ -95,7 +95,7 @@ def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafk
                "--filters-dir", str(filters), "--brokers", str(tmp_path / "brokers.cluster.yaml"),
                "--bootstrap", kafka_cfg.bootstrap_servers, "--state-dir", str(kafka_cfg.state_dir),
                "--trigger", "1s", "--stop-when-idle", "180", "--set", f"monitoring.port={metrics_port}",
-               "--set", "monitoring.lag_interval_s=1"]
+               "--set", "monitoring.lag_interval_s=1", "--starting-offsets", "earliest"]
     env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
     log = tmp_path / "cluster-job.log"
     with open(log, "wb") as out:

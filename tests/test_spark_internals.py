@@ -162,6 +162,17 @@ def probe_template(spark):
     assert [tuple(r) for r in replayed.collect()] == [(3, "c", 9.0, "2")]
 
 
+def probe_pass_stop_signals_to(spark):
+    import subprocess
+
+    stand_in = subprocess.Popen(["sleep", "60"])  # the Python job a spark-submit JVM would pass SIGTERM on to
+    try:
+        assert "SIGTERM" in internals.pass_stop_signals_to(spark, stand_in.pid).split(",")
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+
+
 PROBES = {
     "active_context": probe_active_context, "driver_jvm_pid": probe_driver_jvm_pid,
     "observation_ready": probe_observation_ready, "warm_up_kafka_clients": probe_warm_up_kafka_clients,
@@ -179,6 +190,7 @@ PROBES = {
     "close_visit_caps": probe_visit_cap_functions,
     "register_python_filter_call": probe_python_filter_functions, "arrow_schema_of": probe_python_filter_functions,
     "PlanTemplate.of": probe_template, "PlanTemplate.apply": probe_template,
+    "pass_stop_signals_to": probe_pass_stop_signals_to,
 }
 
 

@@ -88,7 +88,7 @@ def test_lite_messages_decode_with_their_registered_schema_to_the_selected_colum
         decoded = fastavro.schemaless_reader(io.BytesIO(body), fastavro.parse_schema(schema), None)
         source = subs["records"][message.headers["alert_id"]]["diaSource"]
         assert list(decoded) == ["alert_id", "ra", "decl", "double_snr", "matched_filters"]
-        assert decoded == {"alert_id": message.headers["alert_id"], "ra": source["ra"], "decl": source["dec"],
+        assert decoded == {"alert_id": int(message.headers["alert_id"]), "ra": source["ra"], "decl": source["dec"],
                            "double_snr": pytest.approx(source["snr"] * 2),
                            "matched_filters": message.headers["filters"].split(",")}
         assert len(message.value) < 60 + len(message.headers["filters"])

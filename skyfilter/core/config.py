@@ -21,7 +21,6 @@ sections as objects (``cfg.stream.trigger``, ``cfg.archive.nice``).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 from pathlib import Path
@@ -205,31 +204,6 @@ def _merge(base: dict, changes: dict) -> dict:
         merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
             else value
     return merged
-
-
-def add_config_arguments(parser: argparse.ArgumentParser, state_dir: str | None = None,
-                         bootstrap: bool = False) -> None:
-    """The flags every command and job shares: ``--config`` and ``--set``; ``--state-dir`` (described by
-    ``state_dir``) and ``--bootstrap`` where they apply.  Read them back with :func:`config_from_args`."""
-    if bootstrap:
-        parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: kafka.bootstrap_servers)")
-    if state_dir:
-        parser.add_argument("--state-dir", help=f"{state_dir} (default: state_dir)")
-    parser.add_argument("--config", help="YAML config (default: conf/local.yaml or $SKYFILTER_CONFIG)")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
-                        help="override a config key, e.g. --set kafka.heap=1g (repeatable)")
-
-
-def config_from_args(args: argparse.Namespace, flags: dict[str, Any] | None = None) -> Config:
-    """The config named by ``--config`` with the ``--set`` overrides, then ``--state-dir``, ``--bootstrap`` and
-    a command's own ``flags`` (config key -> value; None = not given) on top."""
-    cfg = Config.load(getattr(args, "config", None), parse_overrides(getattr(args, "set", None)))
-    given = {"kafka.bootstrap_servers": getattr(args, "bootstrap", None),
-             "state_dir": getattr(args, "state_dir", None), **(flags or {})}
-    for key, value in given.items():
-        if value is not None:
-            cfg.set(key, value)
-    return cfg
 
 
 def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:

@@ -70,14 +70,23 @@ class Decoder:
     """
 
     def __init__(self, cfg: Config):
+        self.cfg = cfg
         self.registry = open_registry(cfg, output=True)
+        self.input_registry = None  # dead letters and resent input carry the input registry's ids
         self.schemas: dict[int, tuple[dict, object]] = {}
         self.key_schemas: dict[bytes, tuple[dict, object] | None] = {}
 
     def schema(self, schema_id: int) -> tuple[dict, object]:
         """(schema JSON, parsed schema) of an id."""
         if schema_id not in self.schemas:
-            definition = json.loads(self.registry.schema(schema_id))
+            try:
+                text = self.registry.schema(schema_id)
+            except SkyfilterError:
+                if self.cfg.get("schema_registry.url", None) == self.cfg.get("schema_registry.output.url", None):
+                    raise  # one registry for both
+                self.input_registry = self.input_registry or open_registry(self.cfg)
+                text = self.input_registry.schema(schema_id)
+            definition = json.loads(text)
             self.schemas[schema_id] = definition, fastavro.parse_schema(definition)
         return self.schemas[schema_id]
 
@@ -170,9 +179,11 @@ def _emit(decoder: Decoder, message, options: ConsumeOptions, report: ConsumeRep
     position = f"{message.topic()}-{message.partition()}-{message.offset()}"
     try:
         encoding, schema_id, record = decoder.decode(message.value(), message.key())
-    except (WireFormatError, SkyfilterError, ValueError, EOFError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a body that is not what its header says fails in many ways
         report.undecodable += 1
-        out(json.dumps({"position": position, "error": str(exc), "headers": headers,
+        why = str(exc) if isinstance(exc, (WireFormatError, SkyfilterError)) else \
+            f"the body does not decode with its schema ({type(exc).__name__}: {exc})"
+        out(json.dumps({"position": position, "error": why, "headers": headers,
                         "value_base64": base64.b64encode(message.value() or b"").decode()}))
         return
     about = {"encoding": encoding, "schema_id": schema_id, "headers": headers, "alert": printable(record)}

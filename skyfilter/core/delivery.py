@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
@@ -32,6 +33,23 @@ class Delivered:
         return None if sent is None else float(self.timestamp_ms - int(sent))
 
 
+def watermarks(consumer: Consumer, partition: TopicPartition, wait_s: float = 15.0) -> tuple[int, int]:
+    """Low and high offsets; on a cluster a just-created topic gets its leader known everywhere a moment later."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=10)
+        except KafkaException as exc:
+            error = exc.args[0]
+            transient = error.retriable() or error.code() in (KafkaError._UNKNOWN_PARTITION,
+                                                              KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                              KafkaError.NOT_LEADER_FOR_PARTITION,
+                                                              KafkaError.LEADER_NOT_AVAILABLE)
+            if not transient or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_topic(cfg: Config, topic: str, timeout: float = 30.0, group: str | None = None) -> list[Delivered]:
     """Every message currently in a topic (all partitions, from the beginning), in partition/offset order.
 
@@ -50,7 +68,7 @@ def read_topic(cfg: Config, topic: str, timeout: float = 30.0, group: str | None
             return []
         ends = {}
         for partition in info.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            low, high = watermarks(consumer, TopicPartition(topic, partition))
             if high > low:
                 ends[partition] = (low, high)
         consumer.assign([TopicPartition(topic, p, low) for p, (low, _) in ends.items()])

@@ -50,6 +50,9 @@ class SchemaRegistry(Protocol):
     def versions(self, subject: str) -> list[int]:
         """The schema ids of a subject's versions, oldest first (what the stream watches for new ones)."""
 
+    def delete(self, subject: str, version: int | None = None, permanent: bool = False) -> list[int]:
+        """Delete one version of a subject, or all of them: soft first, then ``permanent``; the version numbers."""
+
 
 def open_registry(cfg: Config, output: bool = False) -> SchemaRegistry:
     """The registry of the input topics, or (``output``) of the broker topics skyfilter writes.

@@ -50,9 +50,9 @@ class ConfluentRegistry:
         """
         text = schema_text(schema)
         if same_alerts:
-            current = self.latest(subject)
-            if current and fingerprint(current[1]) != fingerprint(text):
-                clash = other_alerts_error(subject, current, text)
+            held = [(i, self.schema(i)) for i in self.versions(subject)]
+            if held and fingerprint(text) not in {fingerprint(t) for _, t in held}:
+                clash = other_alerts_error(subject, held, text)
                 if clash is not None:
                     raise clash
         given = int(self._call(f"register under '{subject}'", self.client.register_schema, subject,
@@ -84,3 +84,10 @@ class ConfluentRegistry:
                 if found is not None:
                     self._version_ids[subject, number] = int(found.schema_id)
         return [self._version_ids[subject, n] for n in sorted(numbers) if (subject, n) in self._version_ids]
+
+    def delete(self, subject: str, version: int | None = None, permanent: bool = False) -> list[int]:
+        """Delete one version of a subject (or all of them), soft or ``permanent``; returns the version numbers."""
+        if version is None:
+            return list(self._call(f"delete '{subject}'", self.client.delete_subject, subject, permanent))
+        return [int(self._call(f"delete version {version} of '{subject}'", self.client.delete_version, subject,
+                               version, permanent))]

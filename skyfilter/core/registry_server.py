@@ -3,10 +3,11 @@
 What standard clients call (confluent-kafka's ``SchemaRegistryClient``,
 ``AvroSerializer`` and ``AvroDeserializer``, fink-client, Java serdes): schemas
 by id, subjects and their versions, registration with the subject's
-compatibility level enforced, lookup, compatibility tests and ``/config``.
-The data stays in the compacted Kafka topic, so any number of servers on any
-machines answer alike.  Deleting subjects is not supported (405): the topic
-is the project's record of what every alert was written with.
+compatibility level enforced, lookup, compatibility tests, subject-level and
+global ``/config``, and deleting versions and subjects (soft, then with
+``?permanent=true``).  The data stays in the compacted Kafka topic, so any
+number of servers on any machines answer alike.  A deleted version's schema
+keeps its id: messages written with it still decode by id.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from fastavro.schema import parse_schema
 from skyfilter.core.avro_schemas import fingerprint, schema_text
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.registry_topic import IncompatibleSchema, KafkaTopicRegistry
+from skyfilter.core.registry_topic import IncompatibleSchema, KafkaTopicRegistry, RegistryNotFound
 from skyfilter.core.schema_compat import LEVELS, compatibility_problems
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -54,8 +55,9 @@ class RegistryApi:
             ("GET", r"/schemas/ids/(\d+)/subjects", lambda i: [s for s, _ in self._holders(int(i))]),
             ("GET", r"/schemas/ids/(\d+)/versions",
              lambda i: [{"subject": s, "version": v} for s, v in self._holders(int(i))]),
-            ("GET", r"/subjects", lambda: self.registry.subjects()),
-            ("GET", r"/subjects/([^/]+)/versions", lambda s: list(range(1, len(self._versions(s)) + 1))),
+            ("GET", r"/subjects", lambda deleted: self.registry.subjects(deleted), "deleted"),
+            ("GET", r"/subjects/([^/]+)/versions",
+             lambda s, deleted: [n for n, _ in self._versions(s, deleted)], "deleted"),
             ("GET", r"/subjects/([^/]+)/versions/([^/]+)", lambda s, v: self._version(s, v)),
             ("GET", r"/subjects/([^/]+)/versions/([^/]+)/schema",
              lambda s, v: json.loads(self._version(s, v)["schema"])),
@@ -67,13 +69,14 @@ class RegistryApi:
             ("PUT", r"/config", lambda body: {"compatibility": self._set_level(body, None)}),
             ("GET", r"/config/([^/]+)", self._subject_level, "defaultToGlobal"),  # a true/false query flag
             ("PUT", r"/config/([^/]+)", lambda s, body: {"compatibility": self._set_level(body, s)}),
+            ("DELETE", r"/config/([^/]+)", self._forget_level),
+            ("DELETE", r"/subjects/([^/]+)/versions/([^/]+)", self._delete_version, "permanent"),
+            ("DELETE", r"/subjects/([^/]+)", lambda s, permanent: self._delete(s, None, permanent), "permanent"),
         ]
 
     def answer(self, method: str, path: str, body: dict | None, query: str = "") -> tuple[int, object]:
         """(HTTP status, JSON answer) of one request."""
         path = "/" + "/".join(unquote(part) for part in path.strip("/").split("/")) if path.strip("/") else "/"
-        if method == "DELETE":
-            return 405, {"error_code": 405, "message": "deleting is not supported by skyfilter's registry"}
         try:
             flags = parse_qs(query)
             for verb, pattern, handler, *flag_names in self.routes:
@@ -86,6 +89,8 @@ class RegistryApi:
             return 404, {"error_code": 404, "message": f"HTTP 404 Not Found: {method} {path}"}
         except RegistryError as error:
             return error.status, {"error_code": error.code, "message": error.message}
+        except RegistryNotFound as error:
+            return 404, {"error_code": error.code, "message": str(error)}
         except SkyfilterError as error:
             return 500, {"error_code": 50001, "message": str(error)}
 
@@ -98,22 +103,39 @@ class RegistryApi:
         self._schema(schema_id)
         return self.registry.subjects_of(schema_id)
 
-    def _versions(self, subject: str) -> list[int]:
-        ids = self.registry.versions(subject)
-        if not ids:
+    def _versions(self, subject: str, deleted: bool = False) -> list[tuple[int, int]]:
+        numbered = self.registry.numbered(subject, deleted)
+        if not numbered:
             raise _subject_not_found(subject)
-        return ids
+        return numbered
 
     def _version(self, subject: str, version: str) -> dict:
-        ids = self._versions(subject)
+        numbered = self._versions(subject)
         if version in ("latest", "-1"):
-            number = len(ids)
-        elif version.isdigit() and 1 <= int(version) <= len(ids):
-            number = int(version)
+            number, schema_id = numbered[-1]
         else:
-            raise RegistryError(404, 40402, f"Version {version} not found.")
-        schema_id = ids[number - 1]
+            found = [pair for pair in numbered if version.isdigit() and pair[0] == int(version)]
+            if not found:
+                raise RegistryError(404, 40402, f"Version {version} not found.")
+            number, schema_id = found[0]
         return {"subject": subject, "version": number, "id": schema_id, "schema": self.registry.schema(schema_id)}
+
+    def _delete_version(self, subject: str, version: str, permanent: bool) -> int:
+        if version in ("latest", "-1"):
+            version = str(self._versions(subject)[-1][0])
+        if not version.isdigit():
+            raise RegistryError(422, 42202, f"The specified version '{version}' is not a valid version id.")
+        return self._delete(subject, int(version), permanent)[0]
+
+    def _delete(self, subject: str, version: int | None, permanent: bool) -> list[int]:
+        return self.registry.delete(subject, version, permanent)
+
+    def _forget_level(self, subject: str) -> dict:
+        level = self.registry.own_compatibility(subject)
+        if level is None:
+            raise RegistryError(404, 40401, f"Subject '{subject}' not found.")
+        self.registry.forget_compatibility(subject)
+        return {"compatibilityLevel": level}
 
     @staticmethod
     def _offered(body: dict) -> str:
@@ -137,9 +159,8 @@ class RegistryApi:
 
     def _lookup(self, subject: str, body: dict) -> dict:
         text = self._offered(body)
-        ids = self._versions(subject)
         wanted = fingerprint(text)
-        for number, schema_id in enumerate(ids, start=1):
+        for number, schema_id in self._versions(subject):
             if fingerprint(self.registry.schema(schema_id)) == wanted:
                 return {"subject": subject, "version": number, "id": schema_id,
                         "schema": self.registry.schema(schema_id)}

@@ -6,21 +6,23 @@ canonical fingerprint: two producers registering the same schema at once get
 the same id without coordinating.  Keys in the topic:
 
 * ``schema/<id>``: the schema text and fingerprint;
-* ``subject/<subject>``: the subject's versions, as schema ids, oldest first;
+* ``subject/<subject>``: the subject's versions, oldest first: each a version number, a schema
+  id and whether it was (soft) deleted.  Numbers never move: a deleted version leaves a gap,
+  as in Confluent's registry;
 * ``config/<subject>`` and ``config/``: a subject's and the global compatibility level.
 """
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 import weakref
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from skyfilter.core.avro_schemas import fingerprint, schema_text
 from skyfilter.core.config import Config
+from skyfilter.core.delivery import watermarks
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_clients import client_settings
 from skyfilter.core.reader_schema import different_alerts, schema_name
@@ -32,32 +34,25 @@ class IncompatibleSchema(SkyfilterError):
     """A schema that breaks its subject's compatibility level (HTTP 409 in the REST API)."""
 
 
-def other_alerts_error(subject: str, held: tuple[int, str], offered: str) -> SkyfilterError | None:
-    """The error of a schema offered to a topic of other alerts (None for a version of the same alerts)."""
-    problem = different_alerts(held[1], offered)
-    if problem is None:
+class RegistryNotFound(SkyfilterError):
+    """A subject or version that is not there (or not in the state a delete needs): HTTP 404 in the REST API."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def other_alerts_error(subject: str, versions: list[tuple[int, str]], offered: str) -> SkyfilterError | None:
+    """The error of a schema offered to a topic of other alerts (None for a version of the alerts of any of the
+    subject's ``versions`` ``(id, text)``, oldest first: one bad version must not refuse every later one)."""
+    problems = [different_alerts(text, offered) for _, text in versions]
+    if None in problems:
         return None
+    held, problem = versions[-1], problems[-1]
     topic = subject.removesuffix("-value")
     return SkyfilterError(f"topic '{topic}' carries alerts of schema id {held[0]} ({schema_name(held[1])}); these "
                           f"({schema_name(offered)}) are not a version of them: {problem}; produce them to "
                           f"another topic")
-
-
-def _watermarks(consumer: Consumer, partition: TopicPartition, wait_s: float = 15.0) -> tuple[int, int]:
-    """Low and high offsets; on a cluster a just-created topic gets its leader known everywhere a moment later."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return consumer.get_watermark_offsets(partition, timeout=10)
-        except KafkaException as exc:
-            error = exc.args[0]
-            transient = error.retriable() or error.code() in (KafkaError._UNKNOWN_PARTITION,
-                                                              KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                                              KafkaError.NOT_LEADER_FOR_PARTITION,
-                                                              KafkaError.LEADER_NOT_AVAILABLE)
-            if not transient or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 class KafkaTopicRegistry:
@@ -92,7 +87,7 @@ class KafkaTopicRegistry:
         """Read what was written to the topic since the last refresh (by anyone)."""
         consumer = self._reader()
         try:
-            low, high = _watermarks(consumer, TopicPartition(self.topic, 0))
+            low, high = watermarks(consumer, TopicPartition(self.topic, 0))
             position = max(low, self._read_to)
             if high <= position:
                 return
@@ -120,11 +115,23 @@ class KafkaTopicRegistry:
             raise SkyfilterError(f"could not write to schema registry topic '{self.topic}' at {self.bootstrap}")
         self._entries.update(entries)
 
-    def _ids(self, subject: str) -> list[int]:
+    def _records(self, subject: str) -> list[dict]:
+        """Every version a subject keeps, deleted ones included: ``{"version", "id", "deleted"}``, oldest first."""
         bound = self._entries.get(f"subject/{subject}")
         if bound is None:
             return []
-        return list(bound.get("versions") or [bound["id"]])  # entries of earlier releases hold the latest id only
+        if "records" in bound:
+            return [dict(r) for r in bound["records"]]
+        ids = bound.get("versions") or [bound["id"]]  # entries of earlier releases: ids alone, numbered in order
+        return [{"version": n, "id": i, "deleted": False} for n, i in enumerate(ids, start=1)]
+
+    def _ids(self, subject: str) -> list[int]:
+        return [r["id"] for r in self._records(subject) if not r["deleted"]]
+
+    @staticmethod
+    def _subject_entry(subject: str, records: list[dict]) -> dict:
+        live = [r["id"] for r in records if not r["deleted"]]
+        return {"subject": subject, "id": live[-1] if live else None, "versions": live, "records": records}
 
     def register(self, subject: str, schema: dict | str, same_alerts: bool = False,
                  schema_id: int | None = None) -> int:
@@ -144,7 +151,7 @@ class KafkaTopicRegistry:
             raise SkyfilterError(f"schema id {schema_id} already names a different schema (fingerprint clash)")
         ids = self._ids(subject)
         if same_alerts and ids and schema_id not in ids:
-            clash = other_alerts_error(subject, (ids[-1], self.schema(ids[-1])), text)
+            clash = other_alerts_error(subject, [(i, self.schema(i)) for i in ids], text)
             if clash is not None:
                 raise clash
         updates = {}
@@ -156,7 +163,10 @@ class KafkaTopicRegistry:
                 raise IncompatibleSchema(f"schema for subject '{subject}' is not {self.compatibility(subject)} "
                                          f"compatible: {problems[0]}"
                                          + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-            updates[f"subject/{subject}"] = {"subject": subject, "id": schema_id, "versions": ids + [schema_id]}
+            records = [r for r in self._records(subject) if r["id"] != schema_id]  # a deleted one comes back anew
+            number = max((r["version"] for r in self._records(subject)), default=0) + 1
+            updates[f"subject/{subject}"] = self._subject_entry(
+                subject, records + [{"version": number, "id": schema_id, "deleted": False}])
         if updates:
             self._write(updates)
         return schema_id
@@ -184,16 +194,57 @@ class KafkaTopicRegistry:
         ids = self._ids(subject)
         return None if not ids else (ids[-1], self.schema(ids[-1]))
 
-    def subjects(self) -> list[str]:
-        """Every subject, sorted."""
+    def subjects(self, deleted: bool = False) -> list[str]:
+        """Every subject with a live version (``deleted``: with any version kept), sorted."""
         self.refresh()
-        return sorted(key.removeprefix("subject/") for key in self._entries if key.startswith("subject/"))
+        return sorted(subject for subject in (key.removeprefix("subject/") for key in self._entries
+                                              if key.startswith("subject/"))
+                      if (self._records(subject) if deleted else self._ids(subject)))
+
+    def numbered(self, subject: str, deleted: bool = False) -> list[tuple[int, int]]:
+        """A subject's (version number, schema id) pairs, oldest first; soft-deleted ones too with ``deleted``."""
+        self.refresh()
+        return [(r["version"], r["id"]) for r in self._records(subject) if deleted or not r["deleted"]]
+
+    def delete(self, subject: str, version: int | None = None, permanent: bool = False) -> list[int]:
+        """Delete one version of a subject (or, without ``version``, all of them); returns the version numbers.
+
+        A soft delete hides the version from the subject, as Confluent's registry
+        does: producers can no longer register against it, and a stream no longer
+        reads alerts of it (they become dead letters).  The schema keeps its id, so
+        messages already written still decode by id.  ``permanent`` removes a version
+        soft-deleted before.
+        """
+        self.refresh()
+        records = self._records(subject)
+        if not records:
+            raise RegistryNotFound(40401, f"Subject '{subject}' not found.")
+        chosen = [r for r in records if version is None or r["version"] == version]
+        if not chosen:
+            raise RegistryNotFound(40402, f"Version {version} not found.")
+        if permanent:
+            live = [r["version"] for r in chosen if not r["deleted"]]
+            if live:
+                raise RegistryNotFound(40405 if version is None else 40407,
+                                       f"Subject '{subject}' Version {live[0]} was not deleted first before "
+                                       f"being permanently deleted")
+            kept = [r for r in records if r not in chosen]
+        else:
+            if all(r["deleted"] for r in chosen):
+                raise RegistryNotFound(40404 if version is None else 40406,
+                                       f"Subject '{subject}' Version {chosen[0]['version']} was soft deleted. "
+                                       f"Set permanent=true to delete permanently")
+            kept = [dict(r, deleted=True) if r in chosen else r for r in records]
+        self._write({f"subject/{subject}": self._subject_entry(subject, kept)})
+        return [r["version"] for r in chosen]
 
     def listing(self) -> list[str]:
         """One line per subject (versions, schema ids, compatibility), then a count: `skyfilter registry list`."""
         subjects = self.subjects()
         lines = [f"{subject}: {len(self._ids(subject))} version(s), schema ids "
                  f"{', '.join(map(str, self._ids(subject)))}; compatibility {self.compatibility(subject)}"
+                 + (f"; {gone} soft-deleted" if (gone := len(self._records(subject)) - len(self._ids(subject)))
+                    else "")
                  for subject in subjects]
         return lines + [f"{len(subjects)} subject(s) in topic '{self.topic}' at {self.bootstrap}"]
 
@@ -204,8 +255,8 @@ class KafkaTopicRegistry:
 
     def subjects_of(self, schema_id: int) -> list[tuple[str, int]]:
         """The (subject, version) pairs that hold a schema id."""
-        return [(subject, self._ids(subject).index(schema_id) + 1) for subject in self.subjects()
-                if schema_id in self._ids(subject)]  # subjects() has just read the topic
+        return [(subject, number) for subject in self.subjects()  # subjects() has just read the topic
+                for number, held in self.numbered(subject) if held == schema_id]
 
     def compatibility(self, subject: str | None = None) -> str:
         """A subject's compatibility level (its own, else the global one)."""
@@ -225,3 +276,7 @@ class KafkaTopicRegistry:
             raise SkyfilterError(f"unknown compatibility level '{level}' (one of {', '.join(LEVELS)})")
         self._write({f"config/{subject or ''}": {"compatibilityLevel": level}})
         return level
+
+    def forget_compatibility(self, subject: str) -> None:
+        """Let a subject follow the global compatibility level again."""
+        self._write({f"config/{subject}": {}})

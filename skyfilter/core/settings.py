@@ -151,6 +151,7 @@ class Stream:
     hot_reload: bool
     max_alert_bytes: int
     cutout_fields: str | list[str]  # auto, or the field names
+    reader_schema: str | int  # family, an .avsc file, or an input registry schema id
     nightly_topics: NightlyTopics
 
 

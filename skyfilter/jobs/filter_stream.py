@@ -17,15 +17,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from skyfilter.core.config import Config, config_from_args
+from skyfilter.core.arguments import config_from_args
+from skyfilter.core.config import Config
 from skyfilter.core.kafka_clients import act_as
+from skyfilter.core.reader_schema import schema_name
 from skyfilter.core.topics import topic_partitions
 from skyfilter.stream.archive_process import ArchiveProcess, runs_apart
 from skyfilter.stream.job_config import add_common_arguments, job_main
 from skyfilter.stream.kafka_watch import wait_until_reachable
 from skyfilter.stream.realtime import auto_trigger
+from skyfilter.stream.redrive import redrive_dead_letters
 from skyfilter.stream.session import get_spark
 from skyfilter.stream.slots import Slots, configured_master, local_cores, plan_slots
+from skyfilter.stream.starting_offsets import starting_offsets
 from skyfilter.stream.stream_job import StreamJob
 from skyfilter.stream.stream_plan import build_plan, wait_for_schema
 from skyfilter.stream.totals import StreamTotals, summary_lines
@@ -41,7 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Read alerts from Kafka, apply every SQL and Python filter in one pass, write each match "
                     "to its broker's topic (header 'filters' lists the filters it matched): the delivery lane. "
                     "Beside it, the archive lane writes every alert, match and per-batch metric to Delta tables "
-                    "partitioned by night, exactly once, without ever delaying delivery.")
+                    "partitioned by night, exactly once, without ever delaying delivery.  SIGTERM or SIGINT (to "
+                    "spark-submit or to this process) stops it cleanly: the batch under way finishes, the archive "
+                    "catches up, the summary prints, exit 0; a second signal stops it at once.")
     parser.add_argument("--topic", help="input topic (default: topics.alerts)")
     parser.add_argument("--name", help="name of this stream's checkpoint and Delta tables (default: the topic)")
     parser.add_argument("--filters-dir", help="folder of *.sql and *.py filters (default: stream.filters_dir)")
@@ -62,6 +68,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wait-for-schema", type=float, default=None, metavar="SECONDS",
                         help="how long to wait for a producer to register the topic's schema "
                              "(default: forever, or 0 with --available-now)")
+    parser.add_argument("--starting-offsets", metavar="auto|latest|earliest",
+                        help="where a stream without a checkpoint starts: auto = the topic's end when the job "
+                             "starts (everything with --available-now), latest, or earliest = all the topic holds "
+                             "(default: stream.starting_offsets); a checkpoint always resumes where it was")
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
@@ -70,7 +80,8 @@ def load_config(args: argparse.Namespace) -> Config:
     """The config with the command-line flags applied on top."""
     cfg = config_from_args(args, {"stream.filters_dir": args.filters_dir, "stream.brokers": args.brokers,
                                   "stream.trigger": args.trigger, "topics.alerts": args.topic,
-                                  "archive.trigger": args.archive_trigger})
+                                  "archive.trigger": args.archive_trigger,
+                                  "stream.starting_offsets": args.starting_offsets})
     return act_as(cfg, "pipeline")
 
 
@@ -129,6 +140,8 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     lanes = LANES[args.lane]
     plan_triggers = triggers(cfg, args.available_now, log)
     wait_until_reachable(cfg, cfg.kafka.connect_wait_s, log)
+    cfg.set("stream.starting_offsets", starting_offsets(cfg, topic, cfg.checkpoint_dir / name, args.available_now,
+                                                        log))
     wait = args.wait_for_schema if args.wait_for_schema is not None else (0 if args.available_now else 1e9)
     schema = wait_for_schema(cfg, topic, wait, log)
     if schema is None:
@@ -145,9 +158,13 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
         log(f"filter problem: {problem}")
     log(f"stream '{name}': topic '{topic}' (schema id {plan.schema_id}, {plan.columns.family}), "
         f"{len(plan.filters)} filter(s) enabled for {len(plan.brokers)} broker(s)")
-    if len(plan.inputs.known) > 1:
-        log(f"input schema versions: ids {', '.join(map(str, plan.inputs.readable))} read as one widened reader"
-            + "".join(f"; {reason}" for reason in plan.inputs.unreadable.values()))
+    if len(plan.inputs.known) > 1 or plan.inputs.pinned:
+        log(f"input schema versions: ids {', '.join(map(str, plan.inputs.readable))} read as "
+            + (f"the pinned reader {schema_name(plan.inputs.reader)}" if plan.inputs.pinned else
+               f"schema id {plan.schema_id} ({schema_name(plan.inputs.reader)}), widened")
+            + "".join(f"; dead-lettered: {reason}" for reason in plan.inputs.unreadable.values()))
+    if "delivery" in lanes:
+        redrive_dead_letters(cfg, topic, plan.inputs, plan.checkpoint, log)
     slots = lane_slots(cfg, topic, plan_triggers, lanes, local_cores(configured_master()) or
                        int(spark.sparkContext.defaultParallelism))
     job = StreamJob(spark, cfg, plan, plan_triggers, lanes, slots, log)
@@ -182,7 +199,7 @@ def archive_arguments(args: argparse.Namespace, cfg: Config, topic: str, name: s
     arguments = ["--lane", "archive", "--topic", topic, "--name", name, "--wait-for-schema", "600",
                  "--filters-dir", str(cfg.path("stream.filters_dir")), "--brokers", str(cfg.path("stream.brokers")),
                  "--bootstrap", cfg.kafka.bootstrap_servers, "--state-dir", str(cfg.state_dir),
-                 "--archive-trigger", cfg.archive.trigger]
+                 "--archive-trigger", cfg.archive.trigger, "--starting-offsets", str(cfg.stream.starting_offsets)]
     arguments += ["--config", args.config] if args.config else []
     for setting in args.set:
         arguments += ["--set", setting]
@@ -201,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in summary_lines(run(args)):
             print(line)
 
-    return job_main("filter_stream", work)
+    return job_main("filter_stream", work, stop_is_clean=True)
 
 
 if __name__ == "__main__":

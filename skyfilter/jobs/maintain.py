@@ -19,7 +19,7 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from skyfilter.core.alert_columns import current_night
-from skyfilter.core.config import config_from_args
+from skyfilter.core.arguments import config_from_args
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.stream.job_config import add_common_arguments, job_main
 from skyfilter.stream.session import get_spark

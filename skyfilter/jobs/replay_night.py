@@ -23,7 +23,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from skyfilter.core.config import Config, config_from_args
+from skyfilter.core.arguments import config_from_args
+from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_clients import act_as, client_settings, spark_sink_options
 from skyfilter.core.registry import open_registry
@@ -60,11 +61,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--matches-table", help="Delta table for the re-filtered matches "
                                                 "(default: <state_dir>/delta/<name>/rematches)")
     parser.add_argument("--to-brokers", action="store_true", help="also write re-filtered matches to broker topics")
+    parser.add_argument("--show-matches", action="store_true",
+                        help="read the night's re-filtered matches back from the matches table: the count per "
+                             "broker and filter, then the first --limit matches")
+    parser.add_argument("--limit", type=int, default=20, help="with --show-matches: matches listed (default 20)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    if not args.to_topic and not args.filters_dir:
-        parser.error("give --to-topic T (re-stream) or --filters-dir DIR --brokers FILE (re-filter)")
+    if not args.to_topic and not args.filters_dir and not args.show_matches:
+        parser.error("give --to-topic T (re-stream), --filters-dir DIR --brokers FILE (re-filter) or "
+                     "--show-matches")
     if args.filters_dir and not args.brokers:
         parser.error("--filters-dir needs --brokers")
     return args
@@ -153,13 +159,41 @@ def refilter(spark, cfg: Config, messages: DataFrame, inputs: InputSchemas, args
         encodings = prepare_outputs(cfg, frame, inputs, configured_cutouts(cfg, inputs.reader), brokers, filters)
         kafka_rows(decided, brokers, encodings, None, None, writers=inputs.readable).write.format("kafka") \
             .options(**spark_sink_options(cfg)).mode("append").save()
-    table = Path(args.matches_table) if args.matches_table else cfg.delta_dir / name / "rematches"
+    table = matches_table(cfg, args, name)
     rows = match_rows(decided, brokers)
     rows.write.format("delta").mode("overwrite").option("replaceWhere", f"night = '{args.night}'") \
         .partitionBy("night").save(str(table))
-    summary = {"alerts": decided.count(), "matches": rows.count(), "table": str(table)}
+    by_broker = {r.broker: r["count"] for r in rows.groupBy("broker").count().collect()}
+    summary = {"alerts": decided.count(), "matches": sum(by_broker.values()), "table": str(table),
+               "by_broker": {b.name: by_broker.get(b.name, 0) for b in brokers}}
     decided.unpersist()
     return summary
+
+
+def matches_table(cfg: Config, args: argparse.Namespace, name: str) -> Path:
+    """Where re-filtered matches go and are read back from."""
+    return Path(args.matches_table) if args.matches_table else cfg.delta_dir / name / "rematches"
+
+
+def show_matches(spark, table: Path, night: str, limit: int, log=print) -> dict:
+    """Read a night's re-filtered matches back: counts per broker and filter, then the first ``limit`` rows."""
+    from skyfilter.stream.tables import is_table
+
+    if not is_table(spark, table):
+        raise SkyfilterError(f"no matches table at {table}: re-filter a night first (--filters-dir, --brokers)")
+    rows = spark.read.format("delta").load(str(table)).where(F.col("night") == night)
+    by_broker = {r.broker: r["count"] for r in rows.groupBy("broker").count().collect()}
+    if not by_broker:
+        raise SkyfilterError(f"{table} holds no matches of night {night}")
+    by_filter = {r.filter: r["count"] for r in rows.select(F.explode("filters").alias("filter"))
+                 .groupBy("filter").count().collect()}
+    for broker, count in sorted(by_broker.items()):
+        log(f"  broker {broker}: {count} alerts")
+    for name, count in sorted(by_filter.items()):
+        log(f"  filter {name}: {count} matches")
+    for row in rows.orderBy("visit_id", "alert_id", "broker").limit(limit).collect():
+        log(f"  visit {row.visit_id} alert {row.alert_id} -> {row.broker} ({', '.join(row.filters)})")
+    return {"matches": sum(by_broker.values()), "by_broker": by_broker, "by_filter": by_filter, "table": str(table)}
 
 
 def run(args: argparse.Namespace, spark=None, log=print) -> dict:
@@ -172,6 +206,10 @@ def run(args: argparse.Namespace, spark=None, log=print) -> dict:
         check_reachable(cfg)
     spark = spark or get_spark(f"skyfilter-replay-{name}")
     began = time.time()
+    if args.show_matches and not args.filters_dir:
+        result = show_matches(spark, matches_table(cfg, args, name), args.night, args.limit, log)
+        log(f"night {args.night}: {result['matches']} re-filtered matches in {result['table']}")
+        return result
     messages, inputs = read_messages(spark, table_paths(cfg, name), selection)
     if messages.limit(1).count() == 0:
         raise SkyfilterError(f"the archive '{name}' has no alerts for night {args.night}")
@@ -183,8 +221,10 @@ def run(args: argparse.Namespace, spark=None, log=print) -> dict:
     else:
         result = refilter(spark, cfg, messages, inputs, args, name, log)
         result["elapsed"] = time.time() - began
+        for broker, count in result["by_broker"].items():
+            log(f"  broker {broker}: {count} alerts")
         log(f"re-filtered {result['alerts']} alerts of night {args.night}: {result['matches']} matches "
-            f"in {result['elapsed']:.1f} s, written to {result['table']}")
+            f"in {result['elapsed']:.1f} s, written to {result['table']} (read them back: --show-matches)")
     return result
 
 

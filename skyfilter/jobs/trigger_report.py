@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from skyfilter.core.config import config_from_args
+from skyfilter.core.arguments import config_from_args
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.stream.job_config import add_common_arguments, job_main
 from skyfilter.stream.session import get_spark

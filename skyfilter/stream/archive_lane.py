@@ -90,6 +90,10 @@ class ArchiveLane(Lane):
         """The batch's messages decoded as the layout needs: the index fields alone (raw), or as filters see
         them."""
         if not self.raw:
+            if self.readers[0] is None:
+                self.readers = (self.plan.inputs, None)
+            elif self.readers[0].reader != self.plan.inputs.reader:  # a newer version became the reader
+                self.readers, self.merge_schema = (self.plan.inputs, None), True
             return self.plan.decode(batch)
         plan = self.plan
         if self.readers[0] is not plan.inputs:  # a new input schema version widened the reader

@@ -95,7 +95,7 @@ def decode_steps(schemas: InputSchemas, columns: AlertColumns, night_offset_hour
               .when(F.substring("kafka_value", 1, 1) != F.lit(bytearray(b"\x00")),
                     F.lit("wrong magic byte (not Confluent wire format)"))
               .when(~settled, unknown))
-    for schema_id, why in schemas.unreadable.items():
+    for schema_id, why in schemas.reasons.items():
         reason = reason.when(F.col("schema_id") == schema_id, F.lit(why))
     reason = reason.when(F.col("_alert").isNull(), F.lit("Avro body does not decode with its writer schema"))
     flat = select(*KAFKA_COLUMNS, "schema_id", reason.alias("reject_reason"), "_alert.*")

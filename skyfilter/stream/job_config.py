@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
-from skyfilter.core.config import add_config_arguments
+from skyfilter.core.arguments import add_config_arguments
 from skyfilter.core.errors import SkyfilterError
 
 
@@ -15,11 +17,36 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, "where checkpoints and Delta tables live", bootstrap=True)
 
 
-def job_main(prog: str, work: Callable[[], object]) -> int:
-    """Run a job; a SkyfilterError becomes one line on stderr and exit code 2."""
+class StopRequested(Exception):
+    """SIGTERM or SIGINT arrived before the job had anything running to stop cleanly."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def job_main(prog: str, work: Callable[[], object], stop_is_clean: bool = False) -> int:
+    """Run a job; a SkyfilterError becomes one line on stderr and exit code 2.
+
+    SIGTERM/SIGINT end it with one line: exit 0 when ``stop_is_clean`` (a stream
+    that has not started reading loses nothing: it takes its own signals once it
+    runs), else 128 + the signal's number, as a shell reports it.
+    """
+    def stop(signum, _frame):
+        raise StopRequested(signum)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)} \
+        if threading.current_thread() is threading.main_thread() else {}
     try:
         work()
     except SkyfilterError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except StopRequested as stopped:
+        print(f"{prog}: stopped by {stopped}" + (" before the stream started reading" if stop_is_clean else ""),
+              file=sys.stderr)
+        return 0 if stop_is_clean else 128 + stopped.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0

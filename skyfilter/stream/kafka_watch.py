@@ -9,14 +9,17 @@ clear error when an outage lasts longer than ``kafka.outage_limit_s``.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from confluent_kafka import KafkaException
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.lag import LatestOffsets, committed_offsets
 from skyfilter.core.topics import admin_client, check_reachable
 
 
@@ -100,8 +103,6 @@ class InputArrivals:
     """
 
     def __init__(self, cfg: Config, topic: str, interval_s: float = 2.0):
-        from skyfilter.core.lag import LatestOffsets
-
         self.topic = topic
         self.interval_s = interval_s
         self.latest = LatestOffsets(cfg)
@@ -124,3 +125,21 @@ class InputArrivals:
 
     def close(self) -> None:
         self.latest.close()
+
+
+def offsets_past_checkpoint(cfg: Config, checkpoint: Path, topic: str) -> int:
+    """Messages of ``topic`` past the offsets a query's ``checkpoint`` last committed (or its starting offsets):
+    what a Real-time Mode query has read, and not yet counted, when it stops (0 when Kafka does not answer)."""
+    _, committed = committed_offsets(checkpoint, topic)
+    if not committed:
+        started = str(cfg.stream.starting_offsets)
+        committed = {int(p): int(o) for p, o in json.loads(started).get(topic, {}).items()} \
+            if started.startswith("{") else {}
+    latest = LatestOffsets(cfg)
+    try:
+        ends = latest(topic)
+    except SkyfilterError:
+        return 0
+    finally:
+        latest.close()
+    return sum(max(0, end - committed.get(p, 0)) for p, end in ends.items())

@@ -9,11 +9,11 @@ from pyspark.sql import SparkSession
 
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.registry import open_registry
-from skyfilter.stream.input_schemas import InputWatch
+from skyfilter.stream.input_schemas import InputSchemas, InputWatch
 from skyfilter.stream.monitoring import StreamMonitor
-from skyfilter.stream.outputs import register_writers
+from skyfilter.stream.outputs import prepare_outputs, register_writers
 from skyfilter.stream.spark_internals import warm_up_kafka_clients
-from skyfilter.stream.stream_plan import PlanCell, StreamPlan
+from skyfilter.stream.stream_plan import PlanCell, StreamPlan, template_frame
 from skyfilter.stream.totals import StreamTotals
 
 
@@ -73,7 +73,9 @@ class Lane:
             if updated is None:
                 return None
             new.update({i: text for i, text in updated.readable.items() if i not in plan.inputs.readable})
-            return replace(plan, inputs=updated)
+            if updated.reader == plan.inputs.reader:
+                return replace(plan, inputs=updated)
+            return self._with_reader(plan, updated)
 
         plan = self.cell.update(adopt)  # the lanes look from their own threads: one at a time
         full = [b.topic for b in plan.brokers if b.format == "full"]
@@ -86,6 +88,17 @@ class Lane:
         except SkyfilterError as exc:
             self.log(f"input schemas: {exc}")
         return new
+
+    def _with_reader(self, plan: StreamPlan, inputs: InputSchemas) -> StreamPlan:
+        """``plan`` reading its input as ``inputs``' new reader: the outputs built from the reader (``nocutouts``,
+        ``lite``) are registered anew, so they follow the input's newest version."""
+        template, _ = template_frame(self.spark, plan.cfg, inputs)
+        try:
+            encodings = prepare_outputs(plan.cfg, template, inputs, plan.cutouts, plan.brokers, plan.filters)
+        except SkyfilterError as exc:
+            self.log(f"input schemas: {exc}; the outputs keep their schemas")
+            encodings = plan.encodings
+        return replace(plan, inputs=inputs, encodings=encodings)
 
     def warm_up_kafka(self, topics: list[str], input_topic: str) -> None:
         """Load the Kafka clients' classes, fetch the metadata of ``topics`` and read ``input_topic``'s end

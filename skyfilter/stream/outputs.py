@@ -24,6 +24,7 @@ import re
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from skyfilter.core.alert_columns import detect
 from skyfilter.core.avro_schemas import schema_text, without_fields
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.config import Config
@@ -75,6 +76,7 @@ def prepare_outputs(cfg: Config, template: DataFrame, inputs: InputSchemas, cuto
     encodings: dict[str, Encoding] = {}
     registry = open_registry(cfg, output=True) if brokers else None
     reduced = without_fields(inputs.reader, cutouts)
+    alert_id = detect(inputs.reader, cfg).alert_id  # the alert's own id, of its own type (the column is a string)
     for broker in brokers:
         if broker.format == "full":
             register_writers(registry, broker.topic, inputs.readable)
@@ -85,7 +87,8 @@ def prepare_outputs(cfg: Config, template: DataFrame, inputs: InputSchemas, cuto
             columns = tuple((f["name"], f"`{f['name']}`") for f in reduced["fields"])
             schema = reduced
         elif broker.format == "lite":
-            columns = lite_columns(broker, filters)
+            columns = tuple((name, alert_id if expression == "alert_id" else expression)
+                            for name, expression in lite_columns(broker, filters))
             schema = lite_schema(template, broker, columns)
         output_id = 0 if broker.encoding == "json" else registry.register(subject_for(broker.topic), schema)
         encodings[broker.name] = Encoding(schema_text(schema), output_id, columns, broker.format == "lite",

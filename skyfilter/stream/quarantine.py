@@ -124,6 +124,11 @@ class Quarantine:
         self.states[name].state, self.states[name].reason = "quarantined", reason
         return subscribers
 
+    def held_off(self) -> dict[str, str]:
+        """The quarantined filters and the digest of the file each was quarantined with: a reload leaves them
+        off until their file changes."""
+        return {s.name: s.digest for s in self.states.values() if s.state == "quarantined"}
+
     def quarantined(self) -> list[str]:
         """The filters quarantined now."""
         return sorted(s.name for s in self.states.values() if s.state == "quarantined")

@@ -53,6 +53,7 @@ from skyfilter.stream.filter_errors import FilterErrorWatch, error_record
 from skyfilter.stream.filter_eval import FilterSet, worker_filter_set
 from skyfilter.stream.filter_workers import FilterWorkers
 from skyfilter.stream.input_schemas import NEW_SCHEMA_ERROR
+from skyfilter.stream.kafka_watch import offsets_past_checkpoint
 from skyfilter.stream.lane import Lane, LaneServices
 from skyfilter.stream.outgoing import message_steps, with_batch_id
 from skyfilter.stream.quarantine import Quarantine
@@ -157,7 +158,7 @@ class RealtimeLane(Lane):
     def signature(self, plan: StreamPlan) -> tuple:
         """What a query of ``plan`` is built from: input schemas, brokers, their filters and the filters' files."""
         digests = {spec.name: spec.digest for spec in plan.filters}
-        return (tuple(sorted(plan.inputs.known)),
+        return (tuple(sorted(plan.inputs.readable)), tuple(sorted(plan.inputs.reasons)),
                 *((b.name, b.topic, b.format, b.encoding, b.max_alerts_per_visit,
                    tuple((f, digests.get(f)) for f in b.enabled_filters)) for b in self.brokers(plan)))
 
@@ -374,9 +375,12 @@ class RealtimeLane(Lane):
         report_batch(self.log, LANE, progress.batchId, stats, self.plan.deadletter_topic, started, None)
 
     def stop(self) -> None:
-        """Stop the query, without the stack traces Spark logs for each of its interrupted long-lived tasks."""
+        """Stop the query, without the stack traces Spark logs for each of its interrupted long-lived tasks; the
+        alerts it read since its last checkpoint are noted in the totals (its figures come at checkpoints)."""
         if self.query is None or not self.query.isActive:
             return
+        self.totals.after_checkpoint = offsets_past_checkpoint(self.plan.cfg, self.plan.lane_checkpoint(LANE),
+                                                               self.plan.topic)
         with logs_off(self.spark, driver_log_level()):
             self.query.stop()
             time.sleep(0.5)  # the tasks log their interruption just after the query ends

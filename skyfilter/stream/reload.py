@@ -47,13 +47,14 @@ class PlanReloader:
     """Watches a running stream's filter and broker files and swaps a new plan in when they change."""
 
     def __init__(self, spark: SparkSession, cfg: Config, cell: PlanCell, filters_dir: Path, brokers_file: Path,
-                 log=print):
+                 log=print, held_off=dict):
         self.spark = spark
         self.cfg = cfg
         self.cell = cell
         self.filters_dir = filters_dir
         self.brokers_file = brokers_file
         self.log = log
+        self.held_off = held_off  # () -> {filter name: digest} of quarantined filters, which a reload leaves off
         self.fingerprint = files_fingerprint(filters_dir, brokers_file)
         self.lock = threading.Lock()  # the micro-batch lane and, in Real-time Mode, the job's main loop check
 
@@ -79,6 +80,10 @@ class PlanReloader:
         previous = {spec.name: spec for spec in plan.filters}
         filters, brokers, problems = resolve_filters(template, self.filters_dir, self.brokers_file, brokers,
                                                      previous)
+        held = self.held_off()
+        filters = [f for f in filters if held.get(f.name) != f.digest]
+        for broker in brokers:
+            broker.enabled_filters = [f for f in broker.enabled_filters if f in {spec.name for spec in filters}]
         try:
             encodings = prepare_outputs(self.cfg, template, plan.inputs, plan.cutouts, brokers, filters)
         except SkyfilterError as exc:

@@ -27,6 +27,7 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 IVY_DIR = PROJECT_ROOT / ".local" / "ivy"
 JVM_SOURCES = Path(__file__).resolve().parent / "jvm"  # skyfilter's own JVM classes (the visit cap ledger)
 JVM_JAR = PROJECT_ROOT / ".local" / "jvm" / "skyfilter-spark.jar"
+SPARK_LOG = PROJECT_ROOT / ".local" / "logs" / "spark-driver.log"  # Spark's warnings and errors, stack traces included
 
 
 def write_spark_defaults(target: Path, jars: list[Path] | None = None, python: str = sys.executable) -> Path:
@@ -48,7 +49,8 @@ def write_spark_defaults(target: Path, jars: list[Path] | None = None, python: s
              f"spark.pyspark.python                           {python}",
              f"spark.pyspark.driver.python                    {python}", ""]
     (target / "spark-defaults.conf").write_text("\n".join(lines))
-    (target / "log4j2.properties").write_text((PROJECT_ROOT / "conf" / "spark-log4j2.properties").read_text())
+    (target / "log4j2.properties").write_text((PROJECT_ROOT / "conf" / "spark-log4j2.properties").read_text()
+                                              .replace("@LOG_FILE@", str(SPARK_LOG)))
     return target / "spark-defaults.conf"
 
 
@@ -125,7 +127,24 @@ def get_spark(app_name: str = "skyfilter", master: str | None = None, conf: dict
     spark = builder.getOrCreate()
     if DELTA_EXTENSION not in spark.sparkContext.getConf().get("spark.sql.extensions", ""):
         raise SkyfilterError("Spark defaults are not installed (no Delta extension): run `make setup`")
+    if under_spark_submit(spark):
+        from skyfilter.stream.spark_internals import pass_stop_signals_to
+
+        pass_stop_signals_to(spark, os.getpid())
     return spark
+
+
+def under_spark_submit(spark) -> bool:
+    """Whether this Python process is the job spark-submit's JVM runs (the JVM is its parent), rather than a
+    Python process that launched its own JVM."""
+    import psutil
+
+    from skyfilter.stream.spark_internals import driver_jvm_pid
+
+    if driver_jvm_pid(spark) is not None:
+        return False
+    parent = psutil.Process().parent()
+    return parent is not None and parent.name().startswith("java")
 
 
 def check() -> str:

@@ -169,6 +169,14 @@ def register_python_filter_call(spark: SparkSession) -> None:
     _jvm(spark).skyfilter.PythonFilterCall.register(spark._jsparkSession)
 
 
+@internal("spark-submit's JVM exits at once on SIGTERM, taking the Python job with it; Spark offers no hook to "
+          "pass a signal on, so skyfilter's own JVM class does")
+def pass_stop_signals_to(spark: SparkSession, pid: int) -> str:
+    """Have the driver JVM pass SIGTERM/SIGINT on to Python process ``pid`` (a second one ends both at once);
+    returns the signals it now handles ("" when none)."""
+    return str(_jvm(spark).skyfilter.StopSignals.install(pid))
+
+
 @internal("PySpark converts Spark types to Arrow for its UDFs but does not expose the conversion publicly")
 def arrow_schema_of(schema) -> bytes:
     """The Arrow schema (serialized) of a Spark struct type, as PySpark hands its columns to a pandas UDF."""

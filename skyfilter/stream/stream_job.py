@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -49,6 +50,7 @@ from skyfilter.stream.stream_plan import PlanCell, StreamPlan
 from skyfilter.stream.totals import StreamTotals
 from skyfilter.stream.triggers import REALTIME, Triggers, trigger_keywords
 
+STOP_BETWEEN_BATCHES_S = 20.0  # how long a stop waits for the micro-batches under way to finish
 INPUT_CHECK_SECONDS = 2.0  # how often the main loop looks for new input schema versions for Real-time Mode
 
 
@@ -130,7 +132,7 @@ class StreamJob:
         plan = self.cell.current  # without the filters an earlier run quarantined
         if cfg.stream.hot_reload:
             self.reloader = PlanReloader(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"),
-                                         cfg.path("stream.brokers"), self.log)
+                                         cfg.path("stream.brokers"), self.log, quarantine.held_off)
         realtime = self.triggers.delivery == REALTIME
         local_master = local_cores(self.spark.sparkContext.master) is not None
         if realtime:
@@ -313,15 +315,31 @@ class StreamJob:
             watch.stop()
             if arrivals is not None:
                 arrivals.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            self.previous_handlers = {}
-            self.stop()
-            if self.archive_process is not None:
-                self.archive_process.stop(self.cfg.archive.stop_timeout_s)
-            status.unlink(missing_ok=True)
-        if drain and self.archive is not None:
-            self._drain_archive()
+            self._second_signal_stops_at_once()
+            try:
+                self.stop()
+                if self.archive_process is not None:
+                    self.archive_process.stop(self.cfg.archive.stop_timeout_s)
+                status.unlink(missing_ok=True)
+                if drain and self.archive is not None:
+                    self._drain_archive()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+                self.previous_handlers = {}
+
+    def _second_signal_stops_at_once(self) -> None:
+        """While the lanes stop and the archive catches up, another SIGTERM/SIGINT ends the process at once."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def at_once(signum, _frame):
+            print(f"second {signal.Signals(signum).name}: stopping at once; the next start resumes from the "
+                  f"checkpoints", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, at_once)
 
     def _poll(self, seconds: float) -> bool:
         """Wait on every query for a while; False once one stopped without an error (someone stopped it).
@@ -365,13 +383,22 @@ class StreamJob:
         return True
 
     def stop(self) -> None:
-        """Stop every query: the delivery lanes first, then the archive."""
+        """Stop every query: the delivery lanes first, then the archive.
+
+        A micro-batch query is stopped between two batches: the batch under way
+        finishes and commits, and no next one is planned, so the next start has
+        nothing to recover and no task is interrupted while it writes.
+        """
         if self.realtime is not None:
             self.realtime.close()
             self.realtime.stop()
+        deadline = time.monotonic() + STOP_BETWEEN_BATCHES_S
         for lane in ("realtime", "delivery", "archive", "archive-log"):
             query = self.queries.pop(lane, None)
             if query is not None and query.isActive:
+                if lane != REALTIME and not _between_batches(query, deadline):
+                    self.log(f"{lane} lane: its batch was still running {STOP_BETWEEN_BATCHES_S:.0f} s after the "
+                             f"stop began: stopped in it (the next start runs it again)")
                 query.stop()
 
     def close(self) -> None:
@@ -386,6 +413,16 @@ class StreamJob:
     def failure(self, lane: str, exc: BaseException) -> SkyfilterError:
         """One line for the user; the whole error goes to a log file next to the status file."""
         return failure_line(self.plan.name, lane, exc, self.cfg.run_dir / f"filter_stream.{self.plan.name}.error.log")
+
+
+def _between_batches(query: StreamingQuery, deadline: float) -> bool:
+    """Wait until ``query`` is between two batches (its trigger idle), at most until ``deadline``; False if it
+    never was."""
+    while query.isActive and query.status.get("isTriggerActive", False):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 class _pool:

@@ -105,7 +105,7 @@ class StreamPlan:
 
     @property
     def schema_json(self) -> str:
-        """The newest writer schema of the topic when the stream started."""
+        """The reader schema of the topic when the stream started."""
         return schema_text(self.schema)
 
     @property
@@ -229,10 +229,11 @@ def template_frame(spark: SparkSession, cfg: Config, schemas: InputSchemas) -> t
 
 def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path, brokers_file: Path,
                schema: tuple[int, str]) -> StreamPlan:
-    """Validate filters and brokers against the topic's schemas (``schema``: the newest); create output topics."""
-    schema_id, text = schema
-    definition = json.loads(text)
-    inputs = load_input_schemas(cfg, topic, schema)
+    """Validate filters and brokers against the topic's schemas (``schema``: one registered, what the stream waited
+    for); create output topics.  The reader is the one ``stream.reader_schema``'s policy chooses."""
+    inputs = load_input_schemas(cfg, topic)
+    schema_id = inputs.reader_id if inputs.reader_id is not None else 0
+    definition = inputs.reader
     template, columns = template_frame(spark, cfg, inputs)
     offset = cfg.stream.night_offset_hours
     enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)

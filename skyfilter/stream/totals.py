@@ -24,6 +24,7 @@ class StreamTotals:
     delivery_started: float | None = None   # wall clock of the first delivery batch with alerts
     delivery_finished: float | None = None  # and of the end of the last one
     delivery_busy_s: float = 0.0            # summed time of the delivery batches with alerts
+    after_checkpoint: int = 0  # alerts Real-time Mode read after its last checkpoint: delivered, not yet counted
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add_delivery(self, stats: dict, started: float, finished: float) -> None:
@@ -70,4 +71,8 @@ def summary_lines(totals: StreamTotals) -> list[str]:
     lines += [f"  broker {name}: {count} alerts" + (f" ({totals.dropped_by_cap[name]} more over max_alerts_per_visit)"
                                                     if totals.dropped_by_cap[name] else "")
               for name, count in sorted(totals.matches_by_broker.items())]
+    if totals.after_checkpoint:
+        lines.append(f"  Real-time Mode counts at its checkpoints: the {totals.after_checkpoint} alert(s) it read "
+                     f"after its last one were delivered but are not in these figures; its next start reads them "
+                     f"again")
     return lines

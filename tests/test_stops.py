@@ -1,0 +1,134 @@
+"""Stopping a stream the way operators do: a signal to the ``spark-submit`` process.
+
+``$!`` after ``spark-submit ... &``, systemd's main pid and a Kubernetes
+container's first process are spark-submit's JVM, not the Python job under it.
+SIGTERM or SIGINT there must stop the job cleanly within 30 s (the batch under
+way finished, the archive caught up, the summary printed, exit 0) without a
+recovery line or a Java error; a second signal stops it at once.  Micro-batch
+lanes with the archive in its own process, and Real-time Mode.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import decode_messages, stream_args, stream_folder, stream_process
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.registry import KafkaTopicRegistry, subject_for
+from skyfilter.jobs.filter_stream import run
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.stream.session import SPARK_LOG
+from skyfilter.stream.tables import table_paths
+
+NIGHT = "2026-11-21"
+BROKERS = """
+brokers:
+  stop_bright:
+    filters: [bright]
+    max_alerts_per_visit: null
+"""
+NOT_ON_A_CLEAN_STOP = ("SPARK-55271", "recovered from its checkpoint", "StackOverflowError", "InterruptedException",
+                       "Traceback", "Exception in thread")
+
+
+def submit(cfg, topic: str, folder: Path, extra: list[str]) -> tuple[subprocess.Popen, list[str]]:
+    """``spark-submit pipelines/filter_stream.py``, once it runs (the topic's schema registered first, as a
+    producer would)."""
+    KafkaTopicRegistry(cfg).register(subject_for(topic), rubin_schema(cfg.simulation.schema_version),
+                                      same_alerts=True)
+    return stream_process(cfg, topic, folder, ["--set", "monitoring.port=null", *extra], submit=True)
+
+
+def _produce(cfg, topic: str, seed: int, first_visit: int = 1) -> int:
+    report = produce(cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=40, interval_s=1.0, seed=seed,
+                                         night=NIGHT, first_visit=first_visit, progress=False), log=lambda line: None)
+    return report.alerts
+
+
+def _wait_for(condition, seconds: float, lines: list[str]) -> None:
+    deadline = time.time() + seconds
+    while not condition():
+        assert time.time() < deadline, "\n".join(lines[-30:])
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("trigger, stop", [("1s", signal.SIGTERM), ("realtime", signal.SIGINT)])
+def test_a_signal_to_spark_submit_stops_the_job_cleanly(kafka_cfg, spark, tmp_path, trigger, stop):
+    topic = f"stops.{trigger}"
+    folder = stream_folder(tmp_path, {"bright.sql": "diaSource.snr > 20"}, BROKERS)
+    job, lines = submit(kafka_cfg, topic, folder, [
+        "--trigger", trigger, "--archive-trigger", "2s", "--set", "stream.realtime.checkpoint_interval=5s",
+        "--set", "topics.alerts_partitions=2"])
+    produced = _produce(kafka_cfg, topic, seed=61)
+    _wait_for(lambda: any("alerts archived" in line for line in lines), 120, lines)
+    produced += _produce(kafka_cfg, topic, seed=62, first_visit=3)  # alerts arriving as the signal comes
+    job.send_signal(stop)  # to spark-submit's JVM alone, as `kill $!` does
+    signalled = time.time()
+    code = job.wait(timeout=120)
+    took = time.time() - signalled
+    time.sleep(0.5)
+    output = "\n".join(lines)
+    (tmp_path / "job.log").write_text(f"{output}\n[test] stopped {took:.1f} s after {stop.name}\n")
+    assert code == 0, output[-4000:]
+    assert took <= 30, f"stopped {took:.1f} s after {stop.name}"
+    assert "stopping on signal SIG" in output  # spark-submit's JVM passes the signal on as SIGTERM
+    [summary] = [line for line in lines if " alerts in, " in line]
+    read = int(summary.split(" alerts in, ")[0].rsplit(" ", 1)[-1])
+    after = [line for line in lines if "Real-time Mode counts at its checkpoints" in line]
+    read += int(after[0].split("the ")[1].split(" alert")[0]) if after else 0
+    assert not [word for word in NOT_ON_A_CLEAN_STOP if word in output], output[-4000:]
+
+    archived = spark.read.format("delta").load(str(table_paths(kafka_cfg, topic)["alerts"]))
+    assert archived.count() == produced == archived.select("alert_id").distinct().count(), \
+        "the archive caught up with everything read before the stop"
+    # what the delivery lane had not read when it stopped, the next start delivers; nothing twice
+    rest = run(stream_args(kafka_cfg, topic, folder / "filters", folder / "brokers.yaml", extra=["--lane", "delivery"]),
+               spark, lambda line: None)
+    if trigger == "realtime":
+        assert read == produced, "the summary counts what Real-time Mode read after its last checkpoint"
+    else:
+        assert read + rest.input_alerts == produced, "read before the stop, or by the next start, never twice"
+    delivered = [m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.stop_bright")]
+    records = decode_messages(read_topic(kafka_cfg, topic), rubin_schema(kafka_cfg.simulation.schema_version))
+    expected = sorted(str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 20)
+    if trigger == "realtime":  # at least once: what it sent since its last checkpoint is sent again
+        assert sorted(set(delivered)) == expected
+    else:
+        assert sorted(delivered) == expected, "micro-batches stopped between batches: nothing sent twice"
+
+
+def test_a_second_signal_stops_at_once(kafka_cfg, tmp_path):
+    topic = "stops.twice"
+    folder = stream_folder(tmp_path, {"bright.sql": "diaSource.snr > 20"}, BROKERS)
+    job, lines = submit(kafka_cfg, topic, folder, ["--trigger", "1s", "--archive-trigger", "20s"])
+    job.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    job.send_signal(signal.SIGTERM)
+    signalled = time.time()
+    code = job.wait(timeout=60)
+    assert time.time() - signalled < 5 and code == 128 + signal.SIGTERM, "\n".join(lines[-20:])
+
+
+def test_java_errors_are_one_line_on_the_console_and_whole_in_the_log_file(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text("from pyspark.sql import functions as F\n"
+                      "from skyfilter.stream.session import get_spark\n"
+                      "spark = get_spark('one-line-errors', master='local[1]')\n"
+                      "try:\n"
+                      "    spark.range(3).select(F.raise_error(F.lit('boom from a task'))).collect()\n"
+                      "except Exception as exc:\n"
+                      "    print('python saw:', str(exc).splitlines()[0])\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    console = result.stderr.splitlines()
+    assert "python saw: [USER_RAISED_EXCEPTION] boom from a task" in result.stdout
+    assert not [line for line in console if line.lstrip().startswith("at ")], result.stderr[-2000:]
+    failed = [line for line in console if "boom from a task" in line]
+    assert failed and all(f"in {SPARK_LOG}" in line for line in failed)
+    assert "\tat org.apache.spark" in SPARK_LOG.read_text()[-200_000:], "the stack traces are in the log file"
