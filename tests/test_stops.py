@@ -5,11 +5,15 @@ container's first process are spark-submit's JVM, not the Python job under it.
 SIGTERM or SIGINT there must stop the job cleanly within 30 s (the batch under
 way finished, the archive caught up, the summary printed, exit 0) without a
 recovery line or a Java error; a second signal stops it at once.  Micro-batch
-lanes with the archive in its own process, and Real-time Mode.
+lanes with the archive in its own process (SIGTERM to every process of the job,
+as systemd's default KillMode=control-group sends it), and Real-time Mode (SIGINT
+to spark-submit alone).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +26,7 @@ from conftest import decode_messages, stream_args, stream_folder, stream_process
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
 from skyfilter.core.registry import KafkaTopicRegistry, subject_for
+from skyfilter.core.status import status_file
 from skyfilter.jobs.filter_stream import run
 from skyfilter.producers.command import ProduceOptions, produce
 from skyfilter.stream.session import SPARK_LOG
@@ -69,7 +74,11 @@ def test_a_signal_to_spark_submit_stops_the_job_cleanly(kafka_cfg, spark, tmp_pa
     produced = _produce(kafka_cfg, topic, seed=61)
     _wait_for(lambda: any("alerts archived" in line for line in lines), 120, lines)
     produced += _produce(kafka_cfg, topic, seed=62, first_visit=3)  # alerts arriving as the signal comes
-    job.send_signal(stop)  # to spark-submit's JVM alone, as `kill $!` does
+    about = json.loads(status_file(kafka_cfg, topic).read_text())
+    job.send_signal(stop)  # to spark-submit's JVM, as `kill $!` does
+    if stop == signal.SIGTERM:  # and to every process of the job, as systemd's KillMode=control-group does
+        for pid in (about["pid"], about["archive_pid"]):
+            os.kill(pid, signal.SIGTERM)
     signalled = time.time()
     code = job.wait(timeout=120)
     took = time.time() - signalled

@@ -329,7 +329,12 @@ class StreamJob:
                 self.previous_handlers = {}
 
     def _second_signal_stops_at_once(self) -> None:
-        """While the lanes stop and the archive catches up, another SIGTERM/SIGINT ends the process at once."""
+        """While the lanes stop and the archive catches up, another SIGTERM/SIGINT ends the process at once.
+
+        An archive-only job (``--lane archive``, as a job's archive process) ignores a second SIGTERM: under
+        systemd's default ``KillMode=control-group`` it gets the operator's SIGTERM and then its parent's, and
+        must still finish its catch-up (its parent gives it ``archive.stop_timeout_s``); SIGINT still ends it.
+        """
         if threading.current_thread() is not threading.main_thread():
             return
 
@@ -338,8 +343,8 @@ class StreamJob:
                   f"checkpoints", file=sys.stderr, flush=True)
             os._exit(128 + signum)
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, at_once)
+        signal.signal(signal.SIGINT, at_once)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if self.lanes == {"archive"} else at_once)
 
     def _poll(self, seconds: float) -> bool:
         """Wait on every query for a while; False once one stopped without an error (someone stopped it).
