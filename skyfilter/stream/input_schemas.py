@@ -128,10 +128,15 @@ def choose_inputs(topic: str, writers: dict[int, str], pinned: dict | None = Non
     return InputSchemas(topic, reader, readable, unreadable, reader_id=reader_id, pinned=pinned is not None)
 
 
+def registered_writers(cfg: Config, topic: str) -> dict[int, str]:
+    """The live versions registered for ``topic`` in the input registry, ``id -> text``, in registration order."""
+    registry = open_registry(cfg)
+    return {i: registry.schema(i) for i in registry.versions(subject_for(topic))}
+
+
 def load_input_schemas(cfg: Config, topic: str) -> InputSchemas:
     """The writers registered for ``topic`` and the reader ``stream.reader_schema`` chooses for them."""
-    registry = open_registry(cfg)
-    texts = {i: registry.schema(i) for i in registry.versions(subject_for(topic))}
+    texts = registered_writers(cfg, topic)
     if not texts:
         raise SkyfilterError(f"no schema is registered for topic '{topic}'")
     return choose_inputs(topic, texts, pinned_reader(cfg))
@@ -140,8 +145,7 @@ def load_input_schemas(cfg: Config, topic: str) -> InputSchemas:
 def check_writer(cfg: Config, topic: str, text: str) -> tuple[str | None, bool, InputSchemas]:
     """Would the stream read alerts written with schema ``text``?  (None or why not; whether it would be the
     reader; the schemas the stream would then have, as from its next start.)"""
-    registry = open_registry(cfg)
-    texts = {i: registry.schema(i) for i in registry.versions(subject_for(topic))}
+    texts = registered_writers(cfg, topic)
     offered = next((i for i, held in texts.items() if fingerprint(held) == fingerprint(text)), -1)
     pinned = pinned_reader(cfg)
     inputs = choose_inputs(topic, {**texts, offered: text}, pinned)
