@@ -25,6 +25,10 @@ setup(
     install_requires=[
         f"pyspark=={VERSIONS['SPARK_VERSION']}",
         f"delta-spark=={VERSIONS['DELTA_VERSION']}",
+        "astropy==7.1.1",  # sky geometry of watchlists and watchmaps: the field's libraries, not our own
+        "astropy-healpix==2.0.1",
+        "mocpy==0.21.0",
+        "scipy==1.17.1",  # astropy's search_around_sky builds its KD-tree with it
         "confluent-kafka[avro]==2.16.1",  # with its schema registry client, AvroSerializer, AvroDeserializer
         "fastavro==1.13.1",
         "lsst-alert-packet==30.2026.2700",
@@ -38,12 +42,12 @@ setup(
         "tqdm==4.67.1",
     ],
     extras_require={
-        "test": ["pytest==8.4.2", "ruff==0.14.5", "astropy==7.1.1", "ipykernel==7.4.0", "nbclient==0.11.0",
+        "test": ["pytest==8.4.2", "ruff==0.14.5", "ipykernel==7.4.0", "nbclient==0.11.0",
                  "nbformat==5.11.1",
                  # the community brokers' own clients, which the encodings are tested with
                  "fink-client==12.3.0", "lasair==0.1.4",
                  "mkdocs==1.6.1"],  # the docs site, built --strict by the tests
-        "notebook": ["jupyterlab==4.6.6", "ipykernel==7.4.0", "astropy==7.1.1"],
+        "notebook": ["jupyterlab==4.6.6", "ipykernel==7.4.0"],
     },
     entry_points={"console_scripts": ["skyfilter=skyfilter.cli:main"]},
 )

@@ -64,12 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id: str,
-              kafka_node=lambda: None) -> dict:
+              kafka_node=lambda: None, filter_set: tuple[Path, Path] | None = None) -> dict:
     """The visits through a fresh stream with one delivery trigger; its latency, drain and archive lag.
 
     With ``--warm-up``, one visit of an earlier night goes through the same stream first and both lanes take
     it in before the measured visits start: what is measured is a stream as it runs all night (JIT-compiled
-    code in both lanes' JVMs, tables open, first batches done), not its first minute.
+    code in both lanes' JVMs, tables open, first batches done), not its first minute.  ``filter_set``: (filters
+    folder, brokers file) instead of the one ``args`` describe.
     """
     from bench.alert_cache import EARLIER_NIGHT, CachedSource, cached_visits
     from bench.cpu import cpu_now, cpu_used
@@ -80,8 +81,8 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
 
     label = trigger if trigger == "realtime" else f"{trigger}s"
     topic, name = f"bench.sweep.{run_id}.{label}", f"sweep_{run_id}_{label.replace('.', '_')}"
-    filters, brokers = load_filter_set(args, args.state_dir / "filter_sets" / f"sweep_{args.filters}", args.format,
-                                       cap_value(args.cap))
+    filters, brokers = filter_set or load_filter_set(args, args.state_dir / "filter_sets" / f"sweep_{args.filters}",
+                                                     args.format, cap_value(args.cap))
     register_topic(cfg, topic, schema)
     stream = start_stream(cfg, spark, topic, name, filters, brokers, label, archive_trigger=args.archive_trigger,
                           sets=([f"archive.log_trigger={args.log_trigger}"] if args.log_trigger else []) + args.sets)

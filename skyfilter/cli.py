@@ -177,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--schema", help="check against a schema file (.avsc) or an Avro container file (.avro)")
     add_config_arguments(filters, "status, test --night: the stream's state", bootstrap=True)
 
+    from skyfilter.stream.watch_tools import add_commands as add_watch_commands
+
+    add_watch_commands(commands)
+
     demo = commands.add_parser("demo", help="run a small simulated night end to end (what `make demo` does)",
                                description="Start a fresh local Kafka under .local/demo, start the "
                                            "stream job, produce a few visits of alerts with cutouts, wait "
@@ -212,6 +216,7 @@ BENCHMARKS = {
     "producer": ("bench.producer_rate", "alerts/s of one Python producer, simulated and real alerts"),
     "catch-up": ("bench.catch_up", "a night's backlog caught up in bounded batches"),
     "stages": ("bench.stages", "each stage of the hot path (read, decode, archive, sink) timed alone"),
+    "watchlists": ("bench.watchlists", "delivery latency and memory with a 0 to 10,000,000-source watchlist"),
 }
 
 
@@ -328,7 +333,7 @@ def filters_test(cfg: Config, args: argparse.Namespace) -> int:
         alerts, source = sample_frame(spark, cfg, args.sample)
     else:
         alerts, source = night_frame(spark, cfg, args.name or cfg.topics.alerts, args.night)
-    report = run_trial(spark, spec, alerts, source, args.limit, args.show)
+    report = run_trial(spark, spec, alerts, source, args.limit, args.show, cfg)
     for line in report.lines():
         print(line)
     return 1 if report.error else 0
@@ -408,12 +413,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return importlib.import_module(module).main(args.options)
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    from skyfilter.stream.watch_tools import run
+
+    return run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `skyfilter` console script."""
     args = build_parser().parse_args(argv)
     handler = {"kafka": cmd_kafka, "produce": cmd_produce, "filters": cmd_filters, "demo": cmd_demo,
                "bench": cmd_bench, "spark": cmd_spark, "status": cmd_status,
-               "registry": cmd_registry, "consume": cmd_consume}[args.command]
+               "registry": cmd_registry, "consume": cmd_consume, "watchlist": cmd_watch,
+               "watchmap": cmd_watch}[args.command]
     try:
         return handler(args)
     except SkyfilterError as exc:

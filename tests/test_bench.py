@@ -26,6 +26,7 @@ from bench.sustained import check_disk, retention_settings, scaled_cap
 from bench.sustained import main as sustained
 from bench.trigger_sweep import main as trigger_sweep
 from bench.visit_burst import main as visit_burst
+from bench.watchlists import main as watchlists
 from conftest import DATA
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.errors import SkyfilterError
@@ -92,6 +93,18 @@ def test_trigger_sweep_reports_latency_and_archive_lag_per_trigger(kafka_cfg, sp
     cores = result["machine"]["cores"]
     assert row["cpu_driver_s"] > 0 and row["cpu_archive_s"] > 0, "the lanes' CPU, the archive in its own process"
     assert row["cpu_driver_s"] + row["cpu_archive_s"] + row["cpu_kafka_s"] <= cores * row["cpu_window_s"] + 1
+
+
+def test_watchlists_compares_the_stream_with_and_without_a_list(kafka_cfg, spark, tmp_path, capsys):
+    result = _run(watchlists, "watchlists",
+                  ["--sizes", "0,500", "--trigger", "1", "--no-warm-up", "--visits", "1", "--alerts-per-visit", "200",
+                   "--visit-seconds", "1", "--filters", "2", "--brokers", "2", "--producers", "1", "--no-stamps",
+                   "--archive-trigger", "1s", "--log-trigger", "1s"], kafka_cfg, tmp_path, capsys)
+    none, listed = result["results"]
+    assert (none["sources"], listed["sources"]) == (0, 500) and none["p99_vs_none"] == 1.0
+    assert listed["match_rate"] == 0.01, "a source beside every 100th alert, the rest 2 arcsec dots over the sky"
+    assert listed["load_s"] > 0 and listed["match_us_per_alert"] > 0 and listed["driver_peak_mb"] > 0
+    assert 0 < listed["p50_s"] <= listed["p99_s"]
 
 
 def test_broker_load_measures_both_lanes_against_delivery_alone(kafka_cfg, spark, tmp_path, capsys):

@@ -26,6 +26,8 @@ class AlertColumns:
     alert_id: str
     time_mjd: str
     visit_id: str
+    ra: str | None = None  # the position (degrees), for watchlists and watchmaps; None: unknown
+    dec: str | None = None
 
 
 # (family, alert id field, time in MJD, visit id) - the first whose fields all exist wins.  Rubin's first
@@ -43,6 +45,10 @@ KNOWN_FAMILIES = [
     ("ztf", "candid", "candidate.jd - 2400000.5",
      "CAST(round((candidate.jd - 2400000.5) * 86400) AS BIGINT)", ["candid", "candidate.jd"]),
 ]
+
+
+# The position's fields, the first present wins (Rubin 3.0-5.x called the declination `decl`).
+POSITION_FIELDS = {"ra": ("diaSource.ra", "candidate.ra"), "dec": ("diaSource.dec", "diaSource.decl", "candidate.dec")}
 
 
 def field_paths(schema: dict, prefix: str = "") -> set[str]:
@@ -78,7 +84,18 @@ def detect(schema: dict, cfg: Config | None = None) -> AlertColumns:
     if chosen["alert_id"] not in paths:
         raise SkyfilterError(f"stream.alert_columns.alert_id '{chosen['alert_id']}' is not a field "
                              f"of schema '{schema.get('name')}'")
+    chosen["ra"], chosen["dec"] = position_fields(paths, cfg)
     return AlertColumns(family[0] if family else "custom", **chosen)
+
+
+def position_fields(paths: set[str], cfg: Config | None = None) -> tuple[str | None, str | None]:
+    """The (ra, dec) expressions of alerts with these field paths: from ``stream.alert_columns``, else the first
+    known field present (None: unknown)."""
+    found = []
+    for key, candidates in POSITION_FIELDS.items():
+        wanted = str(getattr(cfg.stream.alert_columns, key)) if cfg is not None else "auto"
+        found.append(wanted if wanted != "auto" else next((p for p in candidates if p in paths), None))
+    return found[0], found[1]
 
 
 def alert_id_of(record: dict, columns: AlertColumns):

@@ -33,6 +33,7 @@ class BrokerSpec:
     max_alerts_per_visit: int | None = DEFAULT_MAX_ALERTS_PER_VISIT  # None: no cap
     enabled_filters: list[str] = field(default_factory=list)
     encoding: str = "confluent"
+    watch_matches: str = ""  # SQL of the alert's matches among the lists and maps its filters use ("" if none)
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -78,12 +79,13 @@ def load_brokers(path: str | Path) -> list[BrokerSpec]:
             raise SkyfilterError(f"{where}: expected a mapping with 'filters:'")
         if not NAME_PATTERN.match(str(name)):
             raise SkyfilterError(f"{where}: names are letters, digits, '.', '_' and '-'")
-        filters = entry.get("filters")
-        if isinstance(filters, str):
-            filters = [filters]
-        if not filters or not all(isinstance(f, str) for f in filters):
-            raise SkyfilterError(f"{where}: 'filters' must list at least one filter name")
-        unknown = set(entry) - {"filters", "topic", "format", "encoding", "max_alerts_per_visit", "__line__"}
+        filters = _names(entry, "filters", where)
+        for kind in ("watchlist", "watchmap"):  # a subscription to a list or map is the filter 'kind:name'
+            filters += [f"{kind}:{name}" for name in _names(entry, f"{kind}s", where)]
+        if not filters:
+            raise SkyfilterError(f"{where}: 'filters' (or 'watchlists', 'watchmaps') must name at least one")
+        unknown = set(entry) - {"filters", "watchlists", "watchmaps", "topic", "format", "encoding",
+                                "max_alerts_per_visit", "__line__"}
         if unknown:
             raise SkyfilterError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))}")
         fmt = str(entry.get("format", "full"))
@@ -103,6 +105,15 @@ def load_brokers(path: str | Path) -> list[BrokerSpec]:
         brokers.append(BrokerSpec(str(name), list(dict.fromkeys(filters)), topic, fmt, line, cap,
                                   encoding=encoding))
     return brokers
+
+
+def _names(entry: dict, key: str, where: str) -> list[str]:
+    names = entry.get(key) or []
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise SkyfilterError(f"{where}: '{key}' must be a list of names")
+    return names
 
 
 def _cap(value, where: str) -> int | None:

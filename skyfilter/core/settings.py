@@ -127,6 +127,8 @@ class AlertColumns:
     alert_id: str
     time_mjd: str
     visit_id: str
+    ra: str
+    dec: str
 
 
 @dataclass(frozen=True)

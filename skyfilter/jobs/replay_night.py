@@ -23,6 +23,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from skyfilter.core.alert_columns import detect
 from skyfilter.core.arguments import config_from_args
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
@@ -38,8 +39,10 @@ from skyfilter.stream.night_reader import NightSelection, parse_visits, read_mes
 from skyfilter.stream.outgoing import add_broker_matches, kafka_rows, match_rows
 from skyfilter.stream.outputs import prepare_outputs, register_writers
 from skyfilter.stream.session import get_spark
+from skyfilter.stream.steps import apply_steps
 from skyfilter.stream.stream_plan import configured_cutouts, resolve_filters
 from skyfilter.stream.tables import table_paths
+from skyfilter.stream.watch_columns import Watch, load_watch, template_columns, used_by, watch_as_of, watch_steps
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--brokers", help="brokers file for re-filtering")
     parser.add_argument("--matches-table", help="Delta table for the re-filtered matches "
                                                 "(default: <state_dir>/delta/<name>/rematches)")
+    parser.add_argument("--watch", choices=["night", "today"], default="night",
+                        help="re-filter with the watchlists and watchmaps as they were when the night was streamed "
+                             "(night, the default) or as they are now (today)")
     parser.add_argument("--to-brokers", action="store_true", help="also write re-filtered matches to broker topics")
     parser.add_argument("--show-matches", action="store_true",
                         help="read the night's re-filtered matches back from the matches table: the count per "
@@ -150,9 +156,16 @@ def refilter(spark, cfg: Config, messages: DataFrame, inputs: InputSchemas, args
              log=print) -> dict:
     """Apply the filters to the night in batch; matches to Delta (and to the broker topics)."""
     frame = messages.withColumn("reject_reason", F.lit(None).cast("string"))
-    filters, brokers, problems = resolve_filters(frame, Path(args.filters_dir), Path(args.brokers))
+    watch = night_watch(cfg, messages, args.watch)
+    filters, brokers, problems = resolve_filters(frame.withColumns(template_columns(watch)),
+                                                 Path(args.filters_dir), Path(args.brokers))
     for problem in problems:
         log(f"filter problem: {problem}")
+    chosen = watch.chosen(used_by(filters))
+    if chosen:
+        log(f"watchlists and watchmaps ({args.watch}'s versions): {Watch(chosen).describe()}")
+    position = detect(inputs.reader, cfg)
+    frame = apply_steps(frame, watch_steps(chosen, position.ra, position.dec, is_accepted()))
     evaluated = add_broker_matches(add_filter_columns(frame, filters, is_accepted()), brokers)
     decided = VisitCaps().decide(evaluated, brokers).persist()  # whole visits: lowest alert ids kept
     if args.to_brokers:
@@ -168,6 +181,15 @@ def refilter(spark, cfg: Config, messages: DataFrame, inputs: InputSchemas, args
                "by_broker": {b.name: by_broker.get(b.name, 0) for b in brokers}}
     decided.unpersist()
     return summary
+
+
+def night_watch(cfg: Config, messages: DataFrame, which: str) -> Watch:
+    """The watchlists and watchmaps a re-filter reads: ``today``'s, or the versions current when the night's
+    last alert arrived (``night``: what the stream read then)."""
+    if which == "today":
+        return load_watch(cfg)
+    last = messages.agg(F.max("kafka_timestamp").alias("last")).first()["last"]
+    return watch_as_of(cfg, int(last.timestamp() * 1000)) if last is not None else Watch()
 
 
 def matches_table(cfg: Config, args: argparse.Namespace, name: str) -> Path:
@@ -192,8 +214,21 @@ def show_matches(spark, table: Path, night: str, limit: int, log=print) -> dict:
     for name, count in sorted(by_filter.items()):
         log(f"  filter {name}: {count} matches")
     for row in rows.orderBy("visit_id", "alert_id", "broker").limit(limit).collect():
-        log(f"  visit {row.visit_id} alert {row.alert_id} -> {row.broker} ({', '.join(row.filters)})")
+        log(f"  visit {row.visit_id} alert {row.alert_id} -> {row.broker} ({', '.join(row.filters)})"
+            + watch_phrase(row.asDict().get("watch")))
     return {"matches": sum(by_broker.values()), "by_broker": by_broker, "by_filter": by_filter, "table": str(table)}
+
+
+def watch_phrase(matches: list | None) -> str:
+    """A match's watchlist and watchmap entries, as the end of its line."""
+    parts = []
+    for m in matches or []:
+        if m["kind"] == "watchlist":
+            parts.append(f"{m['name']} v{m['version']}: {m['source_id']} at {m['separation_arcsec']:.2f} arcsec")
+        else:
+            level = "" if m["credible_level"] is None else f" (credible level {m['credible_level']:.2f})"
+            parts.append(f"in {m['name']} v{m['version']}{level}")
+    return f" [{'; '.join(parts)}]" if parts else ""
 
 
 def run(args: argparse.Namespace, spark=None, log=print) -> dict:

@@ -21,6 +21,7 @@ from skyfilter.stream.delivery_log import batch_records, match_records
 from skyfilter.stream.insert_once import StoredMarks
 from skyfilter.stream.lane import Lane, LaneServices
 from skyfilter.stream.tables import METRICS_SCHEMA, run_side_by_side
+from skyfilter.stream.watch_columns import WATCH_MATCHES_DDL
 
 LANE = "archive-log"
 # the keys of each table's rows; the last grows along a source (offsets along input partitions, batch ids along a
@@ -78,7 +79,7 @@ def log_matches(logged: DataFrame) -> DataFrame:
         "night", "visit_id", "alert_id", F.col("b.broker").alias("broker"), F.col("b.topic").alias("topic"),
         F.split("b.filters", ",").alias("filters"), F.col("b.format").alias("format"), "kafka_topic",
         "kafka_partition", "kafka_offset", F.timestamp_millis("kafka_timestamp_ms").alias("kafka_timestamp"),
-        "delivered_at", "lane", "batch_id")
+        "delivered_at", "lane", "batch_id", F.from_json("b.watch", WATCH_MATCHES_DDL).alias("watch"))
 
 
 def log_metrics(summaries: DataFrame) -> DataFrame:

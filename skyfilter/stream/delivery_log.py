@@ -31,7 +31,7 @@ from skyfilter.core.lag import last_batch
 KIND_BATCH = "batch"
 MATCH_SCHEMA = ("kind string, lane string, batch_id long, night string, visit_id long, alert_id string, "
                 "kafka_topic string, kafka_partition int, kafka_offset long, kafka_timestamp_ms long, "
-                "brokers array<struct<broker:string, topic:string, format:string, filters:string>>")
+                "brokers array<struct<broker:string, topic:string, format:string, filters:string, watch:string>>")
 BATCH_SCHEMA = ("kind string, stream string, lane string, query_id string, run_id string, batch_id long, "
                 "trigger string, started_at_ms double, delivered_at_ms double, finished_at_ms double, "
                 "input_alerts long, rejected long, archived long, matches long, "

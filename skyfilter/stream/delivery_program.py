@@ -35,6 +35,7 @@ from skyfilter.stream.outgoing import (
 from skyfilter.stream.spark_internals import PlanTemplate
 from skyfilter.stream.steps import JvmSteps, Step, apply_steps, drop
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
+from skyfilter.stream.watch_columns import used_by, watch_steps
 
 _observation_ids = itertools.count()
 
@@ -46,24 +47,28 @@ def lane_filters(plan: StreamPlan, brokers: list[BrokerSpec]) -> list[FilterSpec
 
 
 def evaluate_steps(plan: StreamPlan, brokers: list[BrokerSpec], realtime: bool = False,
-                   workers: FilterSet | None = None) -> list[Step]:
-    """Kafka rows to alerts decoded without cutouts, with each filter's verdict and each broker's matches.
+                   workers: FilterSet | None = None, watch_workers: FilterSet | None = None) -> list[Step]:
+    """Kafka rows to alerts decoded without cutouts, with the watchlist and watchmap columns the filters name,
+    each filter's verdict and each broker's matches.
 
     ``realtime``: an input schema id the plan does not know stops the query (see ``skyfilter/stream/decode.py``),
     and Python filters report only their errors; ``workers``: the Python filters are called alert by alert in
-    these filter workers instead of a pandas UDF (Real-time Mode).
+    these filter workers instead of a pandas UDF (Real-time Mode); ``watch_workers``: likewise, the lists and maps.
     """
     budget = plan.cfg.stream.filter_time_budget_s
+    filters = lane_filters(plan, brokers)
     return [*decode_steps(plan.inputs, plan.columns, plan.night_offset_hours, plan.max_alert_bytes,
                           plan.reader_json, realtime),
-            *filter_steps(lane_filters(plan, brokers), is_accepted(), budget, not realtime, workers),
+            *watch_steps(plan.watch.chosen(used_by(filters)), plan.columns.ra, plan.columns.dec, is_accepted(),
+                         watch_workers),
+            *filter_steps(filters, is_accepted(), budget, not realtime, workers),
             broker_match_step(brokers)]
 
 
 def evaluate(plan: StreamPlan, raw: DataFrame, brokers: list[BrokerSpec], realtime: bool = False,
-             workers: FilterSet | None = None) -> DataFrame:
+             workers: FilterSet | None = None, watch_workers: FilterSet | None = None) -> DataFrame:
     """Kafka rows decoded without cutouts, with each filter's verdict and each broker's matched filters."""
-    return apply_steps(raw, evaluate_steps(plan, brokers, realtime, workers))
+    return apply_steps(raw, evaluate_steps(plan, brokers, realtime, workers, watch_workers))
 
 
 def encode_and_narrow_steps(plan: StreamPlan, brokers: list[BrokerSpec], decided: bool) -> list[Step]:
@@ -82,8 +87,8 @@ def program_key(plan: StreamPlan, brokers: list[BrokerSpec], dead_letters: bool)
     replace the plan's filter specs, brokers' filter lists and inputs, so identities and broker settings are
     enough."""
     return (id(plan), id(plan.inputs), tuple(id(spec) for spec in plan.filters),
-            tuple((b.name, b.topic, b.format, b.encoding, b.max_alerts_per_visit, tuple(b.enabled_filters))
-                  for b in brokers),
+            tuple((b.name, b.topic, b.format, b.encoding, b.max_alerts_per_visit, tuple(b.enabled_filters),
+                   b.watch_matches) for b in brokers),
             tuple((name, id(encoding)) for name, encoding in plan.encodings.items()), dead_letters)
 
 

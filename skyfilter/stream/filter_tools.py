@@ -22,6 +22,7 @@ from skyfilter.stream.filter_eval import validate_filters
 from skyfilter.stream.input_schemas import single_schema
 from skyfilter.stream.session import get_spark
 from skyfilter.stream.stream_plan import template_frame
+from skyfilter.stream.watch_columns import load_watch
 
 
 def schema_for_check(cfg: Config, topic: str | None, schema_path: str | None) -> tuple[str, str]:
@@ -81,4 +82,4 @@ def leaf_fields(data_type: T.DataType) -> int:
 
 def _template(cfg: Config, schema_json: str) -> DataFrame:
     spark = get_spark("skyfilter-filters-check")
-    return template_frame(spark, cfg, single_schema("filters-check", 0, schema_json))[0]
+    return template_frame(spark, cfg, single_schema("filters-check", 0, schema_json), load_watch(cfg))[0]

@@ -22,7 +22,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from skyfilter.core.alert_columns import detect
+from skyfilter.core.alert_columns import detect, position_fields
 from skyfilter.core.avro_schemas import avro_files, fingerprint, read_container, schema_text
 from skyfilter.core.config import Config
 from skyfilter.core.delivery import percentile
@@ -37,13 +37,16 @@ from skyfilter.stream.filter_eval import (
     add_filter_columns,
     filter_column,
     merge_reports,
+    struct_paths,
     validate_filters,
 )
 from skyfilter.stream.input_schemas import InputSchemas
 from skyfilter.stream.night_reader import NightSelection, read_messages
 from skyfilter.stream.spark_internals import referenced_columns, unresolved_column_names
+from skyfilter.stream.steps import apply_steps
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA
 from skyfilter.stream.tables import table_paths
+from skyfilter.stream.watch_columns import Watch, load_watch, references, template_columns, watch_steps
 
 SQL_TIMING_RUNS = 10
 SQL_TIMING_ROWS = 10_000  # SQL filters are timed over at least this many alerts (copies of the sample)
@@ -132,12 +135,18 @@ def find_filter(folder: Path, name: str) -> FilterSpec:
 
 
 def run_trial(spark: SparkSession, spec: FilterSpec, alerts: DataFrame, source: str, limit: int | None = None,
-              show: int = 5) -> TrialReport:
-    """Run one filter over a frame of decoded alerts; counts, per-alert timing and the first matches."""
-    valid, problems = validate_filters(alerts, [spec])
+              show: int = 5, cfg: Config | None = None) -> TrialReport:
+    """Run one filter over a frame of decoded alerts; counts, per-alert timing and the first matches.
+
+    With ``cfg``, the filter may use that state's watchlists and watchmaps (their newest versions).
+    """
+    watch = load_watch(cfg) if cfg is not None else Watch()
+    valid, problems = validate_filters(alerts.withColumns(template_columns(watch)), [spec])
     if problems:
         raise SkyfilterError(str(problems[0]))
     spec = valid[0]
+    ra, dec = position_fields(set(struct_paths(alerts.schema)), cfg)
+    alerts = apply_steps(alerts, watch_steps(watch.chosen(references(spec)), ra, dec, is_accepted()))
     sample = (alerts.limit(limit) if limit else alerts).where(is_accepted()).cache()
     scanned = sample.count()
     evaluated = add_filter_columns(sample, [spec], F.lit(True))

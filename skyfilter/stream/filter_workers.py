@@ -26,6 +26,7 @@ import argparse
 import base64
 import contextlib
 import ctypes
+import dataclasses
 import hashlib
 import json
 import os
@@ -68,8 +69,16 @@ class FilterWorkers:
     def publish(self, filters: list[dict], arrow_schema: bytes, budget_s: float) -> FilterSet:
         """Write a set of filters (name, path, source, function, columns as positions) with the Arrow schema of
         their columns, for the workers to load when a request names it."""
-        content = json.dumps({"filters": filters, "schema": base64.b64encode(arrow_schema).decode(),
-                              "budget_s": budget_s}, sort_keys=True)
+        return self._publish(json.dumps({"filters": filters, "schema": base64.b64encode(arrow_schema).decode(),
+                                         "budget_s": budget_s}, sort_keys=True))
+
+    def publish_watch(self, versions: list) -> FilterSet:
+        """Write a set of watchlist and watchmap versions (``skyfilter/core/crossmatch.py``'s ``WatchVersion``)
+        for the workers to match alert positions against: a request's row is ``{"ra": .., "dec": ..}``, the
+        reply the flat fields as JSON (``skyfilter/stream/watch_columns.py``)."""
+        return self._publish(json.dumps({"watch": [dataclasses.asdict(v) for v in versions]}, sort_keys=True))
+
+    def _publish(self, content: str) -> FilterSet:
         set_id = hashlib.sha256(content.encode()).hexdigest()[:16]
         path = self.folder / f"{set_id}.json"
         if not path.exists():
@@ -112,6 +121,30 @@ class LoadedSet:
         self.failed: set[str] = set()
 
 
+class LoadedWatch:
+    """A set of watchlist and watchmap versions as the worker matches positions against them."""
+
+    def __init__(self, entries: list[dict]):
+        from skyfilter.core.crossmatch import WatchVersion
+
+        self.versions = tuple(WatchVersion(e["kind"], e["name"], e["version"], tuple(e["files"])) for e in entries)
+
+    def replies(self, rows: list[dict]) -> list[str]:
+        """Each alert's flat fields, as JSON."""
+        from skyfilter.core.crossmatch import watch_outputs
+
+        nan = float("nan")
+        out = watch_outputs(self.versions, [nan if r.get("ra") is None else r["ra"] for r in rows],
+                            [nan if r.get("dec") is None else r["dec"] for r in rows])
+        return [json.dumps({name: values[i] for name, values in out.items()}) for i in range(len(rows))]
+
+
+def load_set(path: Path) -> LoadedSet | LoadedWatch:
+    """A published set: filters, or watchlists and watchmaps."""
+    content = json.loads(path.read_text())
+    return LoadedWatch(content["watch"]) if "watch" in content else LoadedSet(path)
+
+
 def columns(values: list, field) -> object:
     """The alerts' values of a column as the pandas object a pandas UDF gets for them: a Series, or a DataFrame
     for a record."""
@@ -132,7 +165,7 @@ def answer_all(requests: list[bytes], folder: Path, sets: dict[str, LoadedSet]) 
         by_set.setdefault(request.partition(b"\n")[0].decode(), []).append(index)
     for key, indexes in by_set.items():
         if key not in sets:
-            sets[key] = LoadedSet(folder / f"{key}.json")
+            sets[key] = load_set(folder / f"{key}.json")
         rows = [json.loads(requests[i].partition(b"\n")[2]) for i in indexes]
         for index, reply in zip(indexes, evaluate_rows(sets[key], rows), strict=True):
             replies[index] = reply
@@ -144,9 +177,13 @@ def answer(request: bytes, folder: Path, sets: dict[str, LoadedSet]) -> str:
     return answer_all([request], folder, sets)[0]
 
 
-def evaluate_rows(loaded: LoadedSet, rows: list[dict]) -> list[str]:
-    """Every filter of a set on these alerts (renamed ``c<i>`` columns): a verdict string per alert."""
+def evaluate_rows(loaded: LoadedSet | LoadedWatch, rows: list[dict]) -> list[str]:
+    """Every filter of a set on these alerts (renamed ``c<i>`` columns): a verdict string per alert (for a
+    watch set, each alert's matches)."""
     from skyfilter.stream.filter_eval import time_limit
+
+    if isinstance(loaded, LoadedWatch):
+        return loaded.replies(rows)
 
     values = [columns([row.get(f"c{i}") for row in rows], field) for i, field in enumerate(loaded.schema)]
     verdicts = [[] for _ in rows]

@@ -101,7 +101,7 @@ def insert_new(frame: DataFrame, path: Path, keys: list[str], app_id: str, batch
         return
     if is_table(spark, path) and not (marks is not None and marks.above(spark, spans)):
         rows = rows.join(_stored_keys(spark, path, keys, spans, partition_by), _same(keys), "left_anti")
-    append(rows, path, app_id, batch_id, partition_by)
+    append(rows, path, app_id, batch_id, partition_by, merge_schema=True)  # new columns reach older tables
     if marks is not None:
         marks.raise_to(spans)
 

@@ -37,11 +37,13 @@ from skyfilter.stream.decode import is_accepted
 from skyfilter.stream.filter_eval import filter_column
 from skyfilter.stream.input_schemas import per_writer
 from skyfilter.stream.steps import Step, apply_steps, select, with_columns
+from skyfilter.stream.watch_columns import WATCH_MATCHES_DDL
 
 HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
                                          T.StructField("value", T.BinaryType())]))
 LOG_KIND_MATCH = "match"
 MATCHED_FIELD = "matched_filters"  # in a ``lite`` record: the broker's filters the alert matched
+WATCH_HEADER = "watch"  # the alert's watchlist/watchmap matches (JSON), to brokers whose filters use them
 BATCH_ID_COLUMN = "_batch_id"  # read by the delivery-log records of a batch
 
 
@@ -151,8 +153,11 @@ def _row(topic: Column, key: Column, value: Column, headers: Column) -> Column:
 
 
 def _broker_message(slot: int, broker: BrokerSpec, value: Column, key: Column | None) -> Column:
-    headers = F.array(_header("filters", F.col(matched_filters(slot))), _header("alert_id", F.col("alert_id")),
-                      _header("input_time", F.unix_millis("kafka_timestamp").cast("string")))
+    headers = [_header("filters", F.col(matched_filters(slot))), _header("alert_id", F.col("alert_id")),
+               _header("input_time", F.unix_millis("kafka_timestamp").cast("string"))]
+    if broker.watch_matches:  # the alert's watchlist and watchmap matches, as JSON
+        headers.append(_header(WATCH_HEADER, F.to_json(F.expr(broker.watch_matches))))
+    headers = F.array(*headers)
     return F.when(F.col(kept(slot)), _row(F.lit(broker.topic), F.col("kafka_key") if key is None else key, value,
                                           headers))
 
@@ -173,7 +178,9 @@ def _broker_entries(brokers: list[BrokerSpec]) -> Column:
     return F.array_compact(F.array(*[
         F.when(F.col(kept(slot)), F.struct(F.lit(b.name).alias("broker"), F.lit(b.topic).alias("topic"),
                                            F.lit(b.format).alias("format"),
-                                           F.col(matched_filters(slot)).alias("filters")))
+                                           F.col(matched_filters(slot)).alias("filters"),
+                                           (F.to_json(F.expr(b.watch_matches)) if b.watch_matches
+                                            else F.lit(None).cast("string")).alias("watch")))
         for slot, b in live_brokers(brokers)]))
 
 
@@ -271,4 +278,5 @@ def match_rows(decided: DataFrame, brokers: list[BrokerSpec]) -> DataFrame:
                           entry).select(
         "night", "visit_id", "alert_id", F.col("match.broker").alias("broker"), F.col("match.topic").alias("topic"),
         F.split(F.col("match.filters"), ",").alias("filters"), F.col("match.format").alias("format"),
-        "kafka_partition", "kafka_offset", "kafka_timestamp")
+        "kafka_partition", "kafka_offset", "kafka_timestamp",
+        F.from_json("match.watch", WATCH_MATCHES_DDL).alias("watch"))

@@ -6,8 +6,9 @@
 * ``lite``: a small flat record of the columns the broker's SQL filters
   select (``SELECT <columns> FROM alerts WHERE ...``); the union over the
   broker's filters, in filter order, or just ``alert_id`` when none selects
-  any, then ``matched_filters``: the names of the broker's filters the alert
-  matched.  Its Avro schema is derived from the columns' Spark types.
+  any, then ``watch`` when its filters use watchlists or watchmaps (the
+  alert's matches among them), then ``matched_filters``: the names of the
+  broker's filters the alert matched.  Its Avro schema is derived from the columns' Spark types.
 
 Every broker topic's schema is registered under its subject ``<topic>-value``
 in the output registry (``full`` too: the input's writer schemas, under their ids),
@@ -35,6 +36,7 @@ from skyfilter.core.topics import ensure_topics
 from skyfilter.stream.input_schemas import InputSchemas
 from skyfilter.stream.outgoing import MATCHED_FIELD, Encoding, filter_names
 from skyfilter.stream.spark_internals import avro_schema_of
+from skyfilter.stream.watch_columns import WATCH_FIELD
 
 LITE_NAMESPACE = "skyfilter.lite"
 
@@ -48,10 +50,13 @@ def lite_columns(broker: BrokerSpec, filters: list[FilterSpec]) -> tuple[tuple[s
             if columns.setdefault(name, expression) != expression:
                 raise SkyfilterError(f"broker '{broker.name}': filters select two different columns named '{name}' "
                                      f"({columns[name]} and {expression}); rename one with AS")
-    if MATCHED_FIELD in columns:
-        raise SkyfilterError(f"broker '{broker.name}': a filter selects a column named '{MATCHED_FIELD}', the "
-                             f"field where lite records list the filters they matched; rename it with AS")
-    return tuple(columns.items()) or (("alert_id", "alert_id"),)
+    for reserved, purpose in ((MATCHED_FIELD, "list the filters they matched"),
+                              (WATCH_FIELD, "carry their watchlist and watchmap matches")):
+        if reserved in columns and (reserved != WATCH_FIELD or broker.watch_matches):
+            raise SkyfilterError(f"broker '{broker.name}': a filter selects a column named '{reserved}', the "
+                                 f"field where lite records {purpose}; rename it with AS")
+    chosen = tuple(columns.items()) or (("alert_id", "alert_id"),)
+    return chosen + (((WATCH_FIELD, broker.watch_matches),) if broker.watch_matches else ())
 
 
 def lite_schema(template: DataFrame, broker: BrokerSpec, columns: tuple[tuple[str, str], ...]) -> dict:

@@ -69,6 +69,7 @@ from skyfilter.stream.spark_internals import (
 from skyfilter.stream.steps import apply_steps
 from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan, probe_batch
 from skyfilter.stream.triggers import duration, seconds
+from skyfilter.stream.watch_columns import REFERENCE, template_columns, used_by
 
 LANE = "realtime"
 REALTIME_TRIGGER = "realtime"
@@ -79,9 +80,13 @@ FILTER_ERROR_KEY = "filter_error"  # key of the delivery-log records of failing 
 WARM_UP_LEDGER = ".warm-up"
 
 
-def refusal(capped: bool, python: list[str], settings: Realtime, local_master: bool) -> str | None:
-    """Why a broker with a cap (``capped``) and these Python filters is not served in Real-time Mode, or None."""
+def refusal(capped: bool, python: list[str], settings: Realtime, local_master: bool, watch: bool = False
+            ) -> str | None:
+    """Why a broker with a cap (``capped``), these Python filters and, with ``watch``, filters that use watchlists
+    or watchmaps, is not served in Real-time Mode, or None."""
     reasons = []
+    if watch and not local_master:
+        reasons.append("watchlists or watchmaps (the filter workers need a local master)")
     if capped and not settings.caps:
         reasons.append("a per-visit cap (stream.realtime.caps is off)")
     elif capped and not local_master:
@@ -97,7 +102,8 @@ def realtime_refusal(broker: BrokerSpec, plan: StreamPlan, local_master: bool = 
     """Why a broker is not delivered in Real-time Mode under ``plan`` (None when it is)."""
     kinds = {spec.name: spec.kind for spec in plan.filters}
     python = [name for name in broker.enabled_filters if kinds.get(name) == "python"]
-    return refusal(broker.max_alerts_per_visit is not None, python, plan.cfg.stream.realtime, local_master)
+    return refusal(broker.max_alerts_per_visit is not None, python, plan.cfg.stream.realtime, local_master,
+                   bool(broker.watch_matches))
 
 
 def auto_trigger(filters_dir: Path, brokers_file: Path, settings: Realtime, local_master: bool = True
@@ -106,10 +112,12 @@ def auto_trigger(filters_dir: Path, brokers_file: Path, settings: Realtime, loca
 
     Read from the files alone, before Spark starts (its master depends on it).
     """
-    kinds = {path.stem: path.suffix for path in filters_dir.glob("*") if path.suffix in (".sql", ".py")}
+    files = {path.stem: path for path in filters_dir.glob("*") if path.suffix in (".sql", ".py")}
+    watching = {name for name, path in files.items() if REFERENCE.search(path.read_text(errors="replace"))}
     misfits = [broker.name for broker in load_brokers(brokers_file)
                if refusal(broker.max_alerts_per_visit is not None,
-                          [f for f in broker.filters if kinds.get(f) == ".py"], settings, local_master)]
+                          [f for f in broker.filters if f in files and files[f].suffix == ".py"], settings,
+                          local_master, any(":" in f or f in watching for f in broker.filters))]
     if not misfits:
         return REALTIME_TRIGGER, "Real-time Mode serves every broker (SQL and Python filters, caps)"
     return "0", (f"broker(s) {', '.join(misfits)} need micro-batches (stream.realtime settings): "
@@ -158,7 +166,9 @@ class RealtimeLane(Lane):
     def signature(self, plan: StreamPlan) -> tuple:
         """What a query of ``plan`` is built from: input schemas, brokers, their filters and the filters' files."""
         digests = {spec.name: spec.digest for spec in plan.filters}
+        watched = plan.watch.chosen(used_by(lane_filters(plan, self.brokers(plan))))
         return (tuple(sorted(plan.inputs.readable)), tuple(sorted(plan.inputs.reasons)),
+                tuple((v.kind, v.name, v.version) for v in watched),
                 *((b.name, b.topic, b.format, b.encoding, b.max_alerts_per_visit,
                    tuple((f, digests.get(f)) for f in b.enabled_filters)) for b in self.brokers(plan)))
 
@@ -171,7 +181,8 @@ class RealtimeLane(Lane):
         """
         brokers, plan = self.brokers(), self.plan
         filters = lane_filters(plan, brokers)
-        evaluated = evaluate(plan, source, brokers, realtime=True, workers=self._filter_set(filters))
+        evaluated = evaluate(plan, source, brokers, realtime=True, workers=self._filter_set(filters),
+                             watch_workers=self._watch_set(filters))
         if any(b.max_alerts_per_visit is not None for b in brokers):
             register_visit_cap(self.spark)
         decided = with_batch_id(apply_steps(evaluated, [realtime_cap_step(brokers, ledger)]), -1)
@@ -208,11 +219,21 @@ class RealtimeLane(Lane):
         python = [spec for spec in filters if spec.kind == "python"]
         if not python:
             return None
+        template = self.plan.decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)) \
+            .withColumns(template_columns(self.plan.watch))
+        return self._workers().publish(*worker_filter_set(python, template), self.plan.cfg.stream.filter_time_budget_s)
+
+    def _watch_set(self, filters: list[FilterSpec]) -> FilterSet | None:
+        """The filter workers' set of the watchlists and watchmaps these filters use."""
+        versions = self.plan.watch.chosen(used_by(filters))
+        return self._workers().publish_watch([v.for_workers() for v in versions]) if versions else None
+
+    def _workers(self) -> FilterWorkers:
+        """The stream's filter workers, started on first use."""
         if self.workers is None:
             self.workers = FilterWorkers(self.log).start()
             register_python_filter_call(self.spark)
-        template = self.plan.decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
-        return self.workers.publish(*worker_filter_set(python, template), self.plan.cfg.stream.filter_time_budget_s)
+        return self.workers
 
     def _ledger_file(self, suffix: str = "") -> Path:
         return self.plan.cfg.run_dir / f"filter_stream.{self.plan.name}.visit-caps{suffix}.ledger"

@@ -25,6 +25,8 @@ from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import FilterProblem
 from skyfilter.stream.outputs import prepare_outputs
 from skyfilter.stream.stream_plan import PlanCell, StreamPlan, resolve_filters, template_frame
+from skyfilter.stream.watch_columns import Watch, load_watch, used_by
+from skyfilter.stream.watch_store import fingerprint as watch_fingerprint
 
 
 def files_fingerprint(filters_dir: Path, brokers_file: Path) -> tuple:
@@ -55,18 +57,21 @@ class PlanReloader:
         self.brokers_file = brokers_file
         self.log = log
         self.held_off = held_off  # () -> {filter name: digest} of quarantined filters, which a reload leaves off
-        self.fingerprint = files_fingerprint(filters_dir, brokers_file)
+        self.fingerprint = self._fingerprint()
         self.lock = threading.Lock()  # the micro-batch lane and, in Real-time Mode, the job's main loop check
 
     def check(self) -> bool:
         """Reload when the files changed since the last check; True when a reload ran."""
         with self.lock:
-            fingerprint = files_fingerprint(self.filters_dir, self.brokers_file)
+            fingerprint = self._fingerprint()
             if fingerprint == self.fingerprint:
                 return False
             self.fingerprint = fingerprint
             self.reload()
             return True
+
+    def _fingerprint(self) -> tuple:
+        return files_fingerprint(self.filters_dir, self.brokers_file), watch_fingerprint(self.cfg)
 
     def reload(self) -> bool:
         """Build a plan with the filters and brokers of the files and swap it in; True when what runs changed."""
@@ -76,7 +81,8 @@ class PlanReloader:
         except SkyfilterError as exc:
             self.log(f"reload: {exc}; the previous brokers stay in place")
             brokers = [copy.deepcopy(b) for b in plan.brokers]
-        template, _ = template_frame(self.spark, self.cfg, plan.inputs)
+        watch = load_watch(self.cfg)
+        template, _ = template_frame(self.spark, self.cfg, plan.inputs, watch)
         previous = {spec.name: spec for spec in plan.filters}
         filters, brokers, problems = resolve_filters(template, self.filters_dir, self.brokers_file, brokers,
                                                      previous)
@@ -89,12 +95,13 @@ class PlanReloader:
         except SkyfilterError as exc:
             self.log(f"reload: {exc}; keeping the previous filters and brokers")
             return False
-        changes = describe_changes(plan, filters, brokers)
+        changes = "; ".join(c for c in (describe_changes(plan, filters, brokers),
+                                        describe_watch(plan.watch, watch, used_by(filters))) if c)
         for problem in problems:
             kept = isinstance(problem, FilterProblem) and problem.path.stem in {f.name for f in filters}
             self.log(f"reload: {problem}" + ("; its previous version keeps running" if kept else ""))
         self.cell.update(lambda current: replace(current, filters=filters, brokers=brokers, encodings=encodings,
-                                                 problems=problems))
+                                                 problems=problems, watch=watch))
         self.log(f"reload: {changes or 'no change to the running filters or brokers'}")
         return bool(changes)
 
@@ -112,6 +119,19 @@ def describe_changes(plan: StreamPlan, filters: list, brokers: list[BrokerSpec])
                             ("removed", sorted(set(old) - set(new)))):
             if names:
                 parts.append(f"{label}(s) {verb}: {', '.join(names)}")
+    return "; ".join(parts)
+
+
+def describe_watch(before: Watch, after: Watch, used: set[tuple[str, str]]) -> str:
+    """One phrase: the new versions of the lists and maps running filters use (removed ones too)."""
+    old = {(v.kind, v.name): v for v in before.versions}
+    new = {(v.kind, v.name): v for v in after.versions}
+    parts = []
+    for key in sorted(used | (set(old) & used)):
+        if key in new and (key not in old or old[key].version != new[key].version):
+            parts.append(f"{key[0]} {key[1]} now version {new[key].version} ({new[key].rows:,} rows)")
+    for key in sorted(set(old) - set(new)):
+        parts.append(f"{key[0]} {key[1]} removed")
     return "; ".join(parts)
 
 

@@ -285,6 +285,9 @@ def explain(exc: AnalysisException, paths: list[str], column: str | None = None)
     if condition and (condition.startswith("UNRESOLVED_COLUMN") or condition == "FIELD_NOT_FOUND"):
         name = column or (exc.getQueryContext()[0].fragment() if exc.getQueryContext() else "")
         name = name or params.get("objectName", params.get("fieldName", "")).replace("`", "")
+        watched = unknown_watch(name.replace("`", ""), paths)
+        if watched:
+            return watched
         close = difflib.get_close_matches(name, paths, n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         return f"unknown column '{name}'{hint}"
@@ -295,3 +298,20 @@ def explain(exc: AnalysisException, paths: list[str], column: str | None = None)
     if condition and condition.startswith("DATATYPE_MISMATCH"):
         return f"type error: {first_line(exc)}"
     return first_line(exc)
+
+
+def unknown_watch(name: str, paths: list[str]) -> str | None:
+    """The reason for an unknown ``watchlists.<name>``/``watchmaps.<name>`` column when that list or map does
+    not exist (None for other columns)."""
+    import difflib
+
+    column, _, rest = name.partition(".")
+    if column.lower() not in ("watchlists", "watchmaps") or not rest:
+        return None
+    kind, wanted = column.lower()[:-1], rest.split(".")[0]
+    known = [p.split(".")[1] for p in paths if p.lower().startswith(column.lower() + ".") and p.count(".") == 1]
+    if wanted in known:
+        return None
+    close = difflib.get_close_matches(wanted, known, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown {kind} '{wanted}'{hint}: add it with `skyfilter {kind} add {wanted} FILE`"

@@ -32,6 +32,17 @@ from skyfilter.stream.input_schemas import InputSchemas, load_input_schemas
 from skyfilter.stream.outgoing import Encoding
 from skyfilter.stream.outputs import prepare_outputs
 from skyfilter.stream.tables import table_paths
+from skyfilter.stream.watch_columns import (
+    Watch,
+    broker_matches,
+    broker_uses,
+    known_in,
+    load_watch,
+    references,
+    subscription_filters,
+    template_columns,
+    used_by,
+)
 
 KAFKA_SOURCE_SCHEMA = T.StructType([
     T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
@@ -88,6 +99,7 @@ class StreamPlan:
     problems: list[FilterProblem | str] = field(default_factory=list)
     cfg: Config | None = None
     max_alert_bytes: int | None = None
+    watch: Watch = field(default_factory=Watch)  # the watchlists and watchmaps filters may name, versions read now
 
     @property
     def deadletter_topic(self) -> str:
@@ -182,22 +194,28 @@ def resolve_filters(template: DataFrame, filters_dir: Path, brokers_file: Path,
     Returns the filters to evaluate (those some broker uses), the brokers, and
     one line per problem.  ``brokers`` replaces reading ``brokers_file``;
     ``previous`` (a running stream's filters) keeps the last good version of
-    a filter whose file is now broken.
+    a filter whose file is now broken (unless it names a list or map that is gone).
+    A broker's ``watchlists:``/``watchmaps:`` subscriptions are filters of their own (``watchlist:<name>``).
     """
     specs, load_problems = load_filters(filters_dir)
     brokers = load_brokers(brokers_file) if brokers is None else brokers
+    specs += subscription_filters(brokers, brokers_file)
     wanted = {name for broker in brokers for name in broker.filters}
     valid, check_problems = validate_filters(template, specs)
     problems: list[FilterProblem | str] = [*load_problems, *check_problems]
+    known_watch = known_in(template)
     for problem in problems:
         name = problem.path.stem
-        if previous and name in previous and all(s.name != name for s in valid):
+        if previous and name in previous and all(s.name != name for s in valid) \
+                and references(previous[name]) <= known_watch:
             valid.append(previous[name])
     enabled = [s for s in valid if s.name in wanted]
     enabled_names = {s.name for s in enabled}
     known = {s.name for s in specs} | {p.path.stem for p in load_problems}
     for broker in brokers:
         broker.enabled_filters = [f for f in broker.filters if f in enabled_names]
+        uses = broker_uses(broker.enabled_filters, enabled)
+        broker.watch_matches = broker_matches(uses) if uses else ""
         for missing in (f for f in broker.filters if f not in known):
             problems.append(f"{brokers_file}:{broker.line}: broker '{broker.name}' names filter '{missing}', "
                             f"which is not in {filters_dir}")
@@ -213,8 +231,10 @@ def configured_cutouts(cfg: Config, definition: dict) -> list[str]:
     return cutout_fields(definition) if cutouts in (None, "auto") else list(cutouts)
 
 
-def template_frame(spark: SparkSession, cfg: Config, schemas: InputSchemas) -> tuple[DataFrame, AlertColumns]:
-    """An empty frame with exactly the columns filters see for these schemas (what the delivery lane decodes)."""
+def template_frame(spark: SparkSession, cfg: Config, schemas: InputSchemas, watch: Watch | None = None
+                   ) -> tuple[DataFrame, AlertColumns]:
+    """An empty frame with exactly the columns filters see for these schemas (what the delivery lane decodes),
+    and the columns of every list and map in ``watch``."""
     definition = schemas.reader
     clash = sorted(set(reserved_columns()) & {f["name"] for f in definition["fields"]})
     if clash:
@@ -223,8 +243,8 @@ def template_frame(spark: SparkSession, cfg: Config, schemas: InputSchemas) -> t
     columns = detect(definition, cfg)
     offset = cfg.stream.night_offset_hours
     reader = reader_schema_json(definition, configured_cutouts(cfg, definition))
-    return decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), schemas, columns, offset,
-                  reader_json=reader), columns
+    decoded = decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), schemas, columns, offset, reader_json=reader)
+    return decoded.withColumns(template_columns(watch or Watch())), columns
 
 
 def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path, brokers_file: Path,
@@ -234,9 +254,13 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
     inputs = load_input_schemas(cfg, topic)
     schema_id = inputs.reader_id if inputs.reader_id is not None else 0
     definition = inputs.reader
-    template, columns = template_frame(spark, cfg, inputs)
+    watch = load_watch(cfg)
+    template, columns = template_frame(spark, cfg, inputs, watch)
     offset = cfg.stream.night_offset_hours
     enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
+    if used_by(enabled) and (columns.ra is None or columns.dec is None):
+        raise SkyfilterError(f"filters name watchlists or watchmaps, but schema '{definition.get('name')}' has no "
+                             f"known position: set stream.alert_columns.ra and stream.alert_columns.dec")
     cutouts = configured_cutouts(cfg, inputs.reader)
     encodings = prepare_outputs(cfg, template, inputs, cutouts, brokers, enabled)
     ensure_topics(cfg, {f"{topic}.deadletter": cfg.topics.broker_partitions,
@@ -245,4 +269,4 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
         name=name, topic=topic, schema_id=schema_id, schema=definition,
         columns=columns, filters=enabled, brokers=brokers, encodings=encodings, cutouts=cutouts, inputs=inputs,
         tables=table_paths(cfg, name), checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset,
-        problems=problems, cfg=cfg, max_alert_bytes=cfg.stream.max_alert_bytes)
+        problems=problems, cfg=cfg, max_alert_bytes=cfg.stream.max_alert_bytes, watch=watch)
