@@ -27,8 +27,9 @@ setup(
         f"delta-spark=={VERSIONS['DELTA_VERSION']}",
         "astropy==7.1.1",  # sky geometry of watchlists and watchmaps: the field's libraries, not our own
         "astropy-healpix==2.0.1",
+        "pyerfa==2.0.1.5",  # ERFA (SOFA) unit vectors of positions: fast on one alert, as Real-time Mode asks
         "mocpy==0.21.0",
-        "scipy==1.17.1",  # astropy's search_around_sky builds its KD-tree with it
+        "scipy==1.17.1",  # the KD-tree a watchlist is searched with
         "confluent-kafka[avro]==2.16.1",  # with its schema registry client, AvroSerializer, AvroDeserializer
         "fastavro==1.13.1",
         "lsst-alert-packet==30.2026.2700",

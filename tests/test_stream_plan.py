@@ -115,6 +115,36 @@ def test_the_realtime_query_decodes_once_and_observes_no_field_of_the_alert(spar
     assert rows.columns == ["topic", "key", "value", "headers"]
 
 
+def test_a_watchlist_adds_one_pass_over_positions_and_keeps_one_decode(kafka_cfg, spark, tmp_path):
+    import pandas as pd
+
+    from skyfilter.stream.watch_store import store
+
+    store(spark, kafka_cfg, "watchlist", "plan_list", pd.DataFrame(
+        {"source_id": ["a"], "source_name": [None], "ra": [1.0], "dec": [2.0], "radius_arcsec": [2.0]}), {})
+    folder = stream_folder(tmp_path, {"near.sql": "watchlists.plan_list.matched AND diaSource.snr > 5"},
+                           "brokers:\n  p_watch:\n    filters: [near]\n    max_alerts_per_visit: null\n")
+    schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
+    plan = build_plan(spark, kafka_cfg, TOPIC, "plan-watch", folder / "filters", folder / "brokers.yaml", schema)
+    monitor = StreamMonitor(kafka_cfg.copy(), TOPIC, "plan-watch")
+    services = LaneServices(spark, PlanCell(plan), {}, monitor, StreamTotals())
+    lane = DeliveryLane(services, "0s", SummaryWriter(kafka_cfg, "unused"), VisitCaps())
+    realtime = RealtimeLane(services, spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "5 minutes",
+                            SummaryWriter(kafka_cfg, "unused"))
+    try:
+        rows, _ = lane.outgoing(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), 0)
+        realtime.take_plan()
+        realtime_rows = realtime._rows(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "plan-probe")
+        micro, real = _plan_text(rows), _plan_text(realtime_rows)
+        executed = executed_plan(rows)
+    finally:
+        realtime.close()
+        monitor.close()
+    assert micro.count("from_avro(") == 1 and real.count("from_avro(") == 1, "each alert is decoded once"
+    assert executed.count("ArrowEvalPython") == 1, "one pandas UDF matches the batch's positions"
+    assert real.count("skyfilter_python_filters(") == 1, "one call to the filter workers per alert"
+
+
 def test_without_caps_the_delivery_query_has_no_shuffle(spark, planned):
     plan = planned["plan"]
     uncapped = [b for b in plan.brokers if b.max_alerts_per_visit is None]

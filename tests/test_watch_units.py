@@ -205,3 +205,42 @@ def test_unknown_formats_and_files_that_are_not_maps_are_refused_in_one_line(tmp
     (tmp_path / "region.png").write_bytes(b"\x89PNG")
     with pytest.raises(SkyfilterError, match=r"region.png: unknown file format"):
         read_watchmap(tmp_path / "region.png", 0.9)
+
+
+def test_a_flat_ring_skymap_keeps_the_same_region_as_mocpy(tmp_path):
+    import astropy.units as u
+    from astropy.io import fits
+    from astropy_healpix.core import ring_to_nested
+    from mocpy import MOC
+
+    nside = 16
+    rng = np.random.default_rng(9)
+    probability = rng.gamma(0.5, 1.0, 12 * nside * nside)
+    probability /= probability.sum()
+    column = fits.Column("PROB", "D", array=probability)
+    table = fits.BinTableHDU.from_columns([column])
+    table.header.update({"PIXTYPE": "HEALPIX", "ORDERING": "RING", "NSIDE": nside, "INDXSCHM": "IMPLICIT"})
+    path = tmp_path / "flat.fits"
+    fits.HDUList([fits.PrimaryHDU(), table]).writeto(path)
+    sky = read_watchmap(path, 0.5)
+    index = MapIndex(sky.uniq, sky.probability_density, sky.credible_level)
+    uniq = 4 * nside * nside + ring_to_nested(np.arange(probability.size), nside)
+    region = MOC.from_valued_healpix_cells(uniq, probability, max_depth=4, cumul_to=0.5)
+    ra, dec = _random_positions(50_000, 2)
+    assert (index.cells(ra, dec) >= 0).tolist() == region.contains_lonlat(ra * u.deg, dec * u.deg).tolist()
+    area = 41252.96124941928 / probability.size
+    assert np.allclose(np.sort(sky.probability_density * area), np.sort(probability)[-sky.uniq.size:])
+
+
+def test_a_broker_subscribes_to_lists_and_maps_as_filters_of_their_own(tmp_path):
+    from skyfilter.core.brokers import load_brokers
+
+    path = tmp_path / "brokers.yaml"
+    path.write_text("brokers:\n  watchers:\n    watchlists: [my_agn]\n    watchmaps: S251112cm\n"
+                    "  both:\n    filters: [bright]\n    watchlists: [my_agn]\n")
+    watchers, both = load_brokers(path)
+    assert watchers.filters == ["watchlist:my_agn", "watchmap:S251112cm"]
+    assert both.filters == ["bright", "watchlist:my_agn"]
+    path.write_text("brokers:\n  nothing:\n    topic: t\n")
+    with pytest.raises(SkyfilterError, match="'filters' \\(or 'watchlists', 'watchmaps'\\) must name at least one"):
+        load_brokers(path)

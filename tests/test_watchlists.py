@@ -268,4 +268,20 @@ def _stored_rows(version):
     from skyfilter.core.crossmatch import read_index
 
     index = read_index(version.for_workers())
-    return zip(index.source_id, index.catalog.ra.deg, index.catalog.dec.deg, index.radius, strict=True)
+    return zip(index.source_id.to_pylist(), np.degrees(index.ra), np.degrees(index.dec), index.radius, strict=True)
+
+
+def test_filters_check_and_test_know_the_lists(night, capsys):
+    cfg, filters = night["cfg"], str(night["folder"] / "filters")
+    capsys.readouterr()
+    assert skyfilter(["filters", "check", filters, "--topic", TOPIC, "--state-dir", str(cfg.state_dir),
+                      "--bootstrap", cfg.bootstrap_servers]) == 1
+    out = capsys.readouterr().out
+    assert "typo.sql:1: unknown watchlist 'w_agm' (did you mean 'w_agn'?)" in out and "near_agn" not in out
+    assert skyfilter(["filters", "test", "in_region", "--night", NIGHT, "--name", TOPIC, "--filters-dir", filters,
+                      "--state-dir", str(cfg.state_dir), "--bootstrap", cfg.bootstrap_servers]) == 0
+    out = capsys.readouterr().out
+    records = decode_messages(read_topic(cfg, TOPIC), rubin_schema("10.0"))
+    in_region = expected_region(night["moc"], {str(r["diaSourceId"]): (r["diaSource"]["ra"], r["diaSource"]["dec"])
+                                               for r in records})
+    assert f"matched:        {len(in_region)}" in out

@@ -220,7 +220,8 @@ def read_watchmap(path: str | Path, level: float) -> SkyMap:
 
 
 def _flat_skymap(probability: np.ndarray, header, level: float) -> SkyMap:
-    from astropy_healpix import npix_to_nside, ring_to_nested
+    from astropy_healpix import npix_to_nside
+    from astropy_healpix.core import ring_to_nested
 
     nside = npix_to_nside(probability.size)
     pixels = np.arange(probability.size)

@@ -152,7 +152,9 @@ class RealtimeLane(Lane):
         self.served: tuple = ()
         self.ledger: str | None = None  # the visit cap ledger open for the query (None: no capped broker)
         self.errors: FilterErrorWatch | None = None
-        self.workers: FilterWorkers | None = None  # the Python filter workers, started with the first Python filter
+        # worker processes, started on first use: one for the Python filters, one for watchlists and watchmaps
+        # (apart, so that the two run side by side rather than queue in one process)
+        self.workers: dict[str, FilterWorkers] = {}
         self.restart_at_checkpoint = False  # a quarantine waits for the next checkpoint to restart the query
         self.checkpoint_passed = threading.Event()
         self.listener = _ProgressListener(self)
@@ -221,19 +223,20 @@ class RealtimeLane(Lane):
             return None
         template = self.plan.decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)) \
             .withColumns(template_columns(self.plan.watch))
-        return self._workers().publish(*worker_filter_set(python, template), self.plan.cfg.stream.filter_time_budget_s)
+        return self._workers("filters").publish(*worker_filter_set(python, template),
+                                                self.plan.cfg.stream.filter_time_budget_s)
 
     def _watch_set(self, filters: list[FilterSpec]) -> FilterSet | None:
-        """The filter workers' set of the watchlists and watchmaps these filters use."""
+        """The watch workers' set of the watchlists and watchmaps these filters use."""
         versions = self.plan.watch.chosen(used_by(filters))
-        return self._workers().publish_watch([v.for_workers() for v in versions]) if versions else None
+        return self._workers("watch").publish_watch([v.for_workers() for v in versions]) if versions else None
 
-    def _workers(self) -> FilterWorkers:
-        """The stream's filter workers, started on first use."""
-        if self.workers is None:
-            self.workers = FilterWorkers(self.log).start()
+    def _workers(self, role: str) -> FilterWorkers:
+        """The stream's worker process for ``role`` (``filters`` or ``watch``), started on first use."""
+        if role not in self.workers:
+            self.workers[role] = FilterWorkers(self.log).start()
             register_python_filter_call(self.spark)
-        return self.workers
+        return self.workers[role]
 
     def _ledger_file(self, suffix: str = "") -> Path:
         return self.plan.cfg.run_dir / f"filter_stream.{self.plan.name}.visit-caps{suffix}.ledger"
@@ -414,9 +417,9 @@ class RealtimeLane(Lane):
         if self.ledger is not None:
             close_visit_caps(self.spark, self.ledger)
             self.ledger = None
-        if self.workers is not None:
-            self.workers.close()
-            self.workers = None
+        for workers in self.workers.values():
+            workers.close()
+        self.workers = {}
 
 
 def _python(filters: list) -> bool:

@@ -144,9 +144,10 @@ def _show(cfg, kind: str, name: str, version: int | None, limit: int, log) -> in
     shown = min(limit, len(index))
     if kind == "watchlist":
         for i in range(shown):
-            label = f" ({index.source_name[i]})" if index.source_name[i] else ""
-            ra, dec = index.catalog.ra.deg[i], index.catalog.dec.deg[i]
-            log(f"  {index.source_id[i]}{label}  ra {ra:.6f}  dec {dec:+.6f}  radius {index.radius[i]:g} arcsec")
+            name = index.source_name[i].as_py()
+            ra, dec = np.degrees(index.ra[i]), np.degrees(index.dec[i])
+            log(f"  {index.source_id[i].as_py()}{f' ({name})' if name else ''}  ra {ra:.6f}  dec {dec:+.6f}  "
+                f"radius {index.radius[i]:g} arcsec")
     else:
         for i in range(shown):
             depth = int(np.floor(np.log2(index.uniq[i] // 4) / 2))
