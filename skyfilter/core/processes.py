@@ -46,6 +46,13 @@ def lower_priority(nice: int) -> None:
         pass  # not Linux, or autogroup compiled out: nice alone then governs
 
 
+def write_whole(path: Path, text: str) -> None:
+    """Replace a file another process reads (a status file) so that it never sees it half written."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 def running_pid(pid_file: Path, marker: str) -> int | None:
     """The pid recorded in ``pid_file`` if that process runs and its command line contains ``marker``."""
     try:

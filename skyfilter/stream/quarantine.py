@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 from skyfilter.core.config import Config
 from skyfilter.core.filter_loader import FilterProblem, load_filters
 from skyfilter.core.kafka_clients import client_settings
+from skyfilter.core.processes import write_whole
 from skyfilter.core.topics import ensure_topics
 from skyfilter.stream.stream_plan import PlanCell, StreamPlan
 from skyfilter.stream.tables import append, is_table
@@ -171,6 +172,5 @@ class Quarantine:
     def _save(self) -> None:
         path = self.cfg.filter_states_file(self.plan.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"stream": self.plan.name, "updated_at": time.time(),
-                                    "filters": [asdict(s) for s in sorted(self.states.values(), key=lambda s: s.name)]},
-                                   indent=1))
+        write_whole(path, json.dumps({"stream": self.plan.name, "updated_at": time.time(), "filters": [
+            asdict(s) for s in sorted(self.states.values(), key=lambda s: s.name)]}, indent=1))

@@ -30,6 +30,7 @@ from pyspark.sql.streaming import StreamingQuery
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_clients import spark_sink_options, spark_source_options
+from skyfilter.core.processes import write_whole
 from skyfilter.core.status import status_file
 from skyfilter.core.topics import ensure_topics, topic_partitions
 from skyfilter.stream.archive_lane import ArchiveLane
@@ -289,8 +290,8 @@ class StreamJob:
         try:
             while self.queries:
                 self.monitor.tick()
-                status.write_text(json.dumps(about | self.monitor.snapshot | {"totals": self.totals.as_dict()},
-                                             default=str))
+                write_whole(status, json.dumps(about | self.monitor.snapshot | {"totals": self.totals.as_dict()},
+                                               default=str))
                 if not self._poll(0.5):
                     break
                 self._reload_realtime()
