@@ -127,7 +127,7 @@ def describe_watch(before: Watch, after: Watch, used: set[tuple[str, str]]) -> s
     old = {(v.kind, v.name): v for v in before.versions}
     new = {(v.kind, v.name): v for v in after.versions}
     parts = []
-    for key in sorted(used | (set(old) & used)):
+    for key in sorted(used):
         if key in new and (key not in old or old[key].version != new[key].version):
             parts.append(f"{key[0]} {key[1]} now version {new[key].version} ({new[key].rows:,} rows)")
     for key in sorted(set(old) - set(new)):

@@ -32,7 +32,7 @@ from skyfilter.core.config import Config
 from skyfilter.core.crossmatch import LIST_OUTPUTS, MAP_OUTPUTS, WatchVersion, output_name, watch_outputs
 from skyfilter.core.filter_loader import FilterSpec
 from skyfilter.stream.steps import Step, drop, with_columns
-from skyfilter.stream.watch_store import KINDS, StoredVersion, current, version_at
+from skyfilter.stream.watch_store import KINDS, StoredVersion, current, names, unit, version_at
 
 COLUMN = {"watchlist": "watchlists", "watchmap": "watchmaps"}
 WATCH_FIELD = "watch"  # the header and the lite field of an alert's matches
@@ -63,12 +63,8 @@ class Watch:
 
     def describe(self) -> str:
         """One phrase: each list and map with its version and size."""
-        return ", ".join(f"{v.kind} {v.name} v{v.version} ({v.rows:,} {_unit(v.kind)})" for v in self.versions) \
+        return ", ".join(f"{v.kind} {v.name} v{v.version} ({v.rows:,} {unit(v.kind)})" for v in self.versions) \
             or "none"
-
-
-def _unit(kind: str) -> str:
-    return "sources" if kind == "watchlist" else "cells"
 
 
 def load_watch(cfg: Config) -> Watch:
@@ -78,16 +74,8 @@ def load_watch(cfg: Config) -> Watch:
 
 def watch_as_of(cfg: Config, when_ms: int) -> Watch:
     """Every list and map as it was at ``when_ms`` (ms since the epoch): what a night streamed then read."""
-    from skyfilter.stream.watch_store import watch_dir
-
-    found = []
-    for kind in KINDS:
-        folder = watch_dir(cfg, kind)
-        for table in sorted(folder.iterdir()) if folder.is_dir() else []:
-            version = version_at(cfg, kind, table.name, when_ms)
-            if version is not None:
-                found.append(version)
-    return Watch(tuple(found))
+    found = (version_at(cfg, kind, name, when_ms) for kind in KINDS for name in names(cfg, kind))
+    return Watch(tuple(version for version in found if version is not None))
 
 
 def references(spec: FilterSpec) -> set[tuple[str, str]]:

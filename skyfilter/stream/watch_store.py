@@ -97,12 +97,29 @@ def latest(cfg: Config, kind: str, name: str) -> StoredVersion | None:
     return read_version(kind, table, found[-1]) if found else None
 
 
+def names(cfg: Config, kind: str) -> list[str]:
+    """Every list (or map) ever added, removed ones included."""
+    folder = watch_dir(cfg, kind)
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if folder.is_dir() else []
+
+
+def unit(kind: str) -> str:
+    """What a list's or a map's rows are."""
+    return "sources" if kind == "watchlist" else "cells"
+
+
+def existing(cfg: Config, kind: str, name: str) -> StoredVersion:
+    """The newest version of a list or map that exists (not removed); an error naming it otherwise."""
+    found = latest(cfg, kind, name)
+    if found is None or found.removed:
+        raise SkyfilterError(f"no {kind} named '{name}' (see: skyfilter {kind} list)")
+    return found
+
+
 def current(cfg: Config, kind: str) -> dict[str, StoredVersion]:
     """Every list (or map) that exists now, at its newest version, by name."""
-    folder = watch_dir(cfg, kind)
-    names = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")) \
-        if folder.is_dir() else []
-    found = {name: latest(cfg, kind, name) for name in names}
+    found = {name: latest(cfg, kind, name) for name in names(cfg, kind)}
     return {name: stored for name, stored in found.items() if stored is not None and not stored.removed}
 
 
@@ -122,10 +139,9 @@ def fingerprint(cfg: Config) -> tuple:
     """(kind, name, newest version) of every table: changes when anything is added or removed."""
     stamps = []
     for kind in KINDS:
-        folder = watch_dir(cfg, kind)
-        for table in sorted(folder.iterdir()) if folder.is_dir() else []:
-            found = versions(table)
-            stamps.append((kind, table.name, found[-1] if found else -1))
+        for name in names(cfg, kind):
+            found = versions(table_path(cfg, kind, name))
+            stamps.append((kind, name, found[-1] if found else -1))
     return tuple(stamps)
 
 
@@ -152,9 +168,7 @@ def store(spark, cfg: Config, kind: str, name: str, rows: pd.DataFrame, details:
 def remove(spark, cfg: Config, kind: str, name: str) -> StoredVersion:
     """Empty a list or map in a commit marked removed: filters can no longer name it, and its versions stay
     for replaying the nights that used them."""
-    found = latest(cfg, kind, name)
-    if found is None or found.removed:
-        raise SkyfilterError(f"no {kind} named '{name}' (see: skyfilter {kind} list)")
+    existing(cfg, kind, name)
     columns = LIST_COLUMNS if kind == "watchlist" else MAP_COLUMNS
     empty = spark.createDataFrame([], ", ".join(f"{c} {t}" for c, t in columns.items()))
     _overwrite(empty, table_path(cfg, kind, name), {"removed": True})

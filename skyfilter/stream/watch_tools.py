@@ -19,7 +19,7 @@ from skyfilter.core.arguments import add_config_arguments, config_from_args
 from skyfilter.core.crossmatch import read_index
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.watch_files import cell_area_deg2, check_name, read_watchlist, read_watchmap
-from skyfilter.stream.watch_store import current, latest, read_version, remove, store, table_path
+from skyfilter.stream.watch_store import current, existing, latest, read_version, remove, store, table_path, unit
 
 DEFAULT_RADIUS_ARCSEC = 2.0
 DEFAULT_LEVEL = 0.9
@@ -85,8 +85,7 @@ def run(args: argparse.Namespace, log=print) -> int:
     name = check_name(args.name, kind)
     began = time.time()
     if args.action == "remove":
-        if latest(cfg, kind, name) is None:
-            raise SkyfilterError(f"no {kind} named '{name}' (see: skyfilter {kind} list)")
+        existing(cfg, kind, name)  # before Spark starts
         stored = remove(get_spark(f"skyfilter-{kind}"), cfg, kind, name)
         log(f"{kind} {name} removed (version {stored.version}; earlier versions stay for replays) "
             f"in {time.time() - began:.1f} s")
@@ -118,7 +117,7 @@ def _when(stored) -> str:
 def _list(cfg, kind: str, log) -> int:
     found = current(cfg, kind)
     for name, stored in found.items():
-        log(f"{name}  version {stored.version}  {stored.rows:,} {'sources' if kind == 'watchlist' else 'cells'}  "
+        log(f"{name}  version {stored.version}  {stored.rows:,} {unit(kind)}  "
             f"from {stored.details.get('file', '?')}  added {_when(stored)}")
     log(f"{len(found)} {kind}(s) in {cfg.state_dir / 'watch' / kind}")
     return 0
