@@ -48,10 +48,10 @@ $(LOCAL)/kafka/libs/.resolved: conf/kafka/pom.xml conf/versions.env
 # conf/spark-defaults.conf plus the connector jars (Kafka, Avro, Delta) that
 # Spark's Ivy resolves once into .local/ivy; spark-submit and python agree.
 $(LOCAL)/spark-conf/.installed: conf/spark-defaults.conf conf/spark-log4j2.properties conf/fairscheduler.xml \
-                                conf/versions.env $(VENV)/.installed $(wildcard skyfilter/stream/jvm/*.java)
+                                conf/versions.env $(VENV)/.installed $(wildcard skyfilter/spark/jvm/*.java)
 	mkdir -p $(LOCAL)/spark-conf
 	rm -rf $(SPARK_HOME)/conf && ln -s $(LOCAL)/spark-conf $(SPARK_HOME)/conf
-	$(PY) -m skyfilter.stream.session --install $(LOCAL)/spark-conf
+	$(PY) -m skyfilter.spark.session --install $(LOCAL)/spark-conf
 	touch $@
 
 demo: setup

@@ -21,7 +21,7 @@ setup(
     # One package; its folders are its floors: core <- producers, stream <- jobs <- the command (cli, demo).
     # pipelines/ and producers/ at the top hold only thin scripts; bench/ runs from a checkout.
     packages=find_packages(include=["skyfilter", "skyfilter.*"]),
-    package_data={"skyfilter": ["defaults/*.yaml", "defaults/*.env", "stream/jvm/*.java"]},
+    package_data={"skyfilter": ["defaults/*.yaml", "defaults/*.env", "spark/jvm/*.java"]},
     install_requires=[
         f"pyspark=={VERSIONS['SPARK_VERSION']}",
         f"delta-spark=={VERSIONS['DELTA_VERSION']}",

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from skyfilter.jobs.filter_stream import parse_args as stream_args
     from skyfilter.jobs.filter_stream import run as run_stream
     from skyfilter.producers.command import ProduceOptions, produce
-    from skyfilter.stream.session import get_spark
+    from skyfilter.spark.session import get_spark
 
     counts = sorted({int(c) for c in args.filters.split(",")})
     kinds = [k.strip() for k in args.kinds.split(",")]

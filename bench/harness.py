@@ -33,7 +33,7 @@ def add_warm_up_flag(parser: argparse.ArgumentParser, first_run: str) -> None:
 
 
 def bench_spark(cfg, app: str, trigger: str = "0", partitions: int = 8):
-    """The benchmark's SparkSession with the task slots the stream's lanes need (``skyfilter/stream/slots.py``).
+    """The benchmark's SparkSession with the task slots the stream's lanes need (``skyfilter/plan/slots.py``).
 
     As ``filter_stream.py`` asks for them: the configured cores for micro-batch
     delivery, one slot per input partition in Real-time Mode, and the archive
@@ -42,10 +42,10 @@ def bench_spark(cfg, app: str, trigger: str = "0", partitions: int = 8):
     """
     from pyspark.sql import SparkSession
 
-    from skyfilter.stream.archive_process import runs_apart
-    from skyfilter.stream.session import get_spark
-    from skyfilter.stream.slots import configured_master, local_cores, plan_slots
-    from skyfilter.stream.spark_internals import active_context
+    from skyfilter.archive.process import runs_apart
+    from skyfilter.plan.slots import configured_master, local_cores, plan_slots
+    from skyfilter.spark.internals import active_context
+    from skyfilter.spark.session import get_spark
 
     cores = local_cores(configured_master()) or 2
     archive_here = not runs_apart(cfg, {"delivery", "archive"}, False, True)
@@ -77,7 +77,7 @@ def settings_of(args: argparse.Namespace) -> dict:
 
 def spark_driver_pid(spark) -> int | None:
     """Pid of the local Spark driver JVM (which also runs the executor and forks the Python workers)."""
-    from skyfilter.stream.spark_internals import driver_jvm_pid
+    from skyfilter.spark.internals import driver_jvm_pid
 
     return driver_jvm_pid(spark)
 

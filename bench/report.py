@@ -94,7 +94,7 @@ def write_results(folder: Path, name: str, title: str, rows: list[dict], columns
 
 def record_run(table: Path, info: dict) -> None:
     """Append one benchmark run to the ``bench_runs`` Delta table (JSON columns for the variable parts)."""
-    from skyfilter.stream.session import get_spark
+    from skyfilter.spark.session import get_spark
 
     spark = get_spark("skyfilter-bench")
     row = (info["benchmark"], dt.datetime.fromisoformat(info["finished_at"]), info["command"],

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from skyfilter.jobs.filter_stream import parse_args as stream_args
     from skyfilter.jobs.filter_stream import run as run_stream
     from skyfilter.producers.command import send_source
-    from skyfilter.stream.session import get_spark
+    from skyfilter.spark.session import get_spark
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     topic = f"bench.side.{run_id}"

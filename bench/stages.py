@@ -18,7 +18,7 @@ One topic of simulated Rubin alerts, then Spark batch jobs over it (best of
 8. the delivery lane's evaluation with the project's own ``filters/`` and
    ``conf/brokers.yaml``, its SQL filters alone (their brokers only);
 9. the same with every filter (SQL and Python): decode, filters, broker matches;
-10. the delivery lane's whole batch query (``skyfilter/stream/delivery_program.py``):
+10. the delivery lane's whole batch query (``skyfilter/delivery/program.py``):
    9 + the batch's observed figures, the per-visit caps and the Kafka rows, to
    Spark's ``noop`` sink (so the rows are computed, not sent).
 
@@ -59,11 +59,11 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from skyfilter.core.registry import open_registry, subject_for
     from skyfilter.core.topics import ensure_topics
     from skyfilter.core.wire import HEADER_SIZE
+    from skyfilter.delivery.caps import VisitCaps
+    from skyfilter.delivery.program import DeliveryProgram, evaluate
+    from skyfilter.plan.stream_plan import build_plan, reader_schema_json
     from skyfilter.producers.command import send_source
-    from skyfilter.stream.caps import VisitCaps
-    from skyfilter.stream.delivery_program import DeliveryProgram, evaluate
-    from skyfilter.stream.session import get_spark
-    from skyfilter.stream.stream_plan import build_plan, reader_schema_json
+    from skyfilter.spark.session import get_spark
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     topic = f"bench.stages.{run_id}"

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.harness import bench_kafka, bench_schema, bench_spark, driver_and_kafka, kafka_pid
     from bench.report import write_results
     from bench.trigger_sweep import sweep_one
-    from skyfilter.stream.watch_store import store
+    from skyfilter.filtering.watch_store import store
 
     sizes = [int(s) for s in args.sizes.split(",")]
     run_id = time.strftime("%Y%m%d%H%M%S")

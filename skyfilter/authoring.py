@@ -3,8 +3,8 @@
 Plain Python (fastavro, pandas, matplotlib, astropy): load sample alerts,
 browse a schema's columns with their docs, draw an alert's light curve and
 cutouts, and save a filter where the stream finds it.  Checking and testing
-a filter use the stream's own Spark code (``skyfilter/stream/filter_tools.py``,
-``skyfilter/stream/filter_trial.py``).
+a filter use the stream's own Spark code (``skyfilter/tools/filter_tools.py``,
+``skyfilter/tools/filter_trial.py``).
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--schema", help="check against a schema file (.avsc) or an Avro container file (.avro)")
     add_config_arguments(filters, "status, test --night: the stream's state", bootstrap=True)
 
-    from skyfilter.stream.watch_tools import add_commands as add_watch_commands
+    from skyfilter.tools.watch_tools import add_commands as add_watch_commands
 
     add_watch_commands(commands)
 
@@ -281,7 +281,7 @@ def cmd_filters(args: argparse.Namespace) -> int:
         return filters_status(cfg, args)
     if args.action == "test":
         return filters_test(cfg, args)
-    from skyfilter.stream.filter_tools import check_filters, cost_notes, schema_for_check
+    from skyfilter.tools.filter_tools import check_filters, cost_notes, schema_for_check
 
     if args.target and args.filters_dir and Path(args.target) != Path(args.filters_dir):
         raise SkyfilterError(f"filters check got two folders: {args.target} and --filters-dir {args.filters_dir}; "
@@ -323,8 +323,8 @@ def filters_test(cfg: Config, args: argparse.Namespace) -> int:
         raise SkyfilterError("filters test needs the filter's name, e.g. skyfilter filters test bright_transient")
     if bool(args.sample) == bool(args.night):
         raise SkyfilterError("filters test needs exactly one of --sample PATH... or --night YYYY-MM-DD")
-    from skyfilter.stream.filter_trial import find_filter, night_frame, run_trial, sample_frame
-    from skyfilter.stream.session import get_spark
+    from skyfilter.spark.session import get_spark
+    from skyfilter.tools.filter_trial import find_filter, night_frame, run_trial, sample_frame
 
     folder = Path(args.filters_dir) if args.filters_dir else cfg.path("stream.filters_dir")
     spec = find_filter(folder, args.target)
@@ -371,7 +371,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 def cmd_registry(args: argparse.Namespace) -> int:
     from skyfilter.core.registry_server import serve
     from skyfilter.core.registry_topic import KafkaTopicRegistry
-    from skyfilter.stream.registry_tools import check_schema_file, delete_versions
+    from skyfilter.tools.registry_tools import check_schema_file, delete_versions
 
     cfg = load_config(args)
     if args.action in ("check", "delete") and not args.target:
@@ -409,12 +409,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
+    from skyfilter.core.versions import PROJECT_ROOT
+
+    if not (PROJECT_ROOT / "bench").is_dir():
+        raise SkyfilterError(f"the benchmarks live in a checkout's bench/ folder, and {PROJECT_ROOT} has none")
+    sys.path.insert(0, str(PROJECT_ROOT))  # bench/ is the checkout's, not part of the installed package
     module = BENCHMARKS[args.experiment][0]
     return importlib.import_module(module).main(args.options)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from skyfilter.stream.watch_tools import run
+    from skyfilter.tools.watch_tools import run
 
     return run(args)
 

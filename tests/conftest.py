@@ -109,7 +109,7 @@ def fault_row(fault: str, produced: int, alerts, delivered: list[str], expected:
 @pytest.fixture(scope="session")
 def spark():
     """The one SparkSession of the test session (local[2], no UI)."""
-    from skyfilter.stream.session import get_spark
+    from skyfilter.spark.session import get_spark
 
     session = get_spark("skyfilter-tests", conf={"spark.ui.enabled": "false",
                                                  "spark.sql.shuffle.partitions": "2"})

@@ -18,8 +18,8 @@ from conftest import ROOT, decode_messages, fault_row, stream_args, write_files
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
+from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.tables import table_paths
 
 TOPIC = "lanes.alerts"
 
@@ -126,7 +126,7 @@ def test_rows_from_the_delivery_log_are_stored_once_however_often_they_come(spar
     """A delivery batch logged twice (it was retried), in the same or a later archive batch, and an archive
     batch retried after a crash: each row is stored once, with the stored marks (in the common case the table
     is not read back) and without them."""
-    from skyfilter.stream.insert_once import StoredMarks, insert_new
+    from skyfilter.archive.insert_once import StoredMarks, insert_new
 
     path = tmp_path / "matches"
     keys = ["night", "broker", "kafka_partition", "kafka_offset"]

@@ -19,7 +19,7 @@ from conftest import ROOT
 from skyfilter.core.config import Config
 from skyfilter.core.topics import replication
 from skyfilter.core.versions import versions
-from skyfilter.stream.monitoring import StreamMonitor
+from skyfilter.lanes.monitoring import StreamMonitor
 
 DOCKER = ROOT / "docker"
 COMPOSE = yaml.safe_load((DOCKER / "compose.yaml").read_text())

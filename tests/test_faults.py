@@ -21,8 +21,8 @@ from skyfilter.core.kafka_local import LocalKafka, free_port_pair
 from skyfilter.core.processes import wait_for_exit
 from skyfilter.core.topics import admin_client
 from skyfilter.jobs.filter_stream import run
+from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.tables import table_paths
 
 pytestmark = pytest.mark.slow  # every test here runs Kafka clusters or the stream job
 

@@ -14,7 +14,7 @@ from skyfilter.core.config import Config
 from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.filter_trial import condition_columns, sample_frame
+from skyfilter.tools.filter_trial import condition_columns, sample_frame
 
 
 def test_repository_filters_pass_against_the_simulated_rubin_schema(spark, capsys):

@@ -13,8 +13,8 @@ from conftest import ROOT, decode_messages, fault_row, stream_args, write_files
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
+from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.tables import table_paths
 
 TOPIC = "kill.alerts"
 VISITS = 30  # 2 minutes of visits: alerts keep coming while the job is killed and restarted 3 times

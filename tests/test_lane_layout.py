@@ -10,13 +10,13 @@ import sys
 import pytest
 
 from conftest import ROOT
+from skyfilter.archive.process import ArchiveProcess, runs_apart
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.status import status_file, stream_lines, stream_names
 from skyfilter.jobs.filter_stream import archive_arguments, parse_args
-from skyfilter.stream.archive_process import ArchiveProcess, runs_apart
-from skyfilter.stream.slots import Slots, check_realtime_slots, delivery_tasks, local_cores, plan_slots
-from skyfilter.stream.totals import StreamTotals
+from skyfilter.lanes.totals import StreamTotals
+from skyfilter.plan.slots import Slots, check_realtime_slots, delivery_tasks, local_cores, plan_slots
 
 BOTH = {"delivery", "archive"}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from conftest import stream_args, write_files
 from skyfilter.jobs import maintain
 from skyfilter.jobs.filter_stream import run
+from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.tables import table_paths
 
 TOPIC = "maint.alerts"
 

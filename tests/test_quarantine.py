@@ -9,11 +9,11 @@ from skyfilter.cli import main
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
+from skyfilter.plan.quarantine import Quarantine
+from skyfilter.plan.reload import PlanReloader
+from skyfilter.plan.stream_plan import PlanCell, build_plan
+from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.quarantine import Quarantine
-from skyfilter.stream.reload import PlanReloader
-from skyfilter.stream.stream_plan import PlanCell, build_plan
-from skyfilter.stream.tables import table_paths
 
 TOPIC = "quar.alerts"
 FILTERS = {

@@ -29,8 +29,8 @@ from conftest import (
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
 from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.tables import table_paths
 
 TOPIC = "rt.alerts"
 LITE_SQL = "SELECT alert_id, diaSource.snr FROM alerts WHERE diaSource.snr > 10"
@@ -249,7 +249,7 @@ def test_the_idle_stop_sees_alerts_arrive_which_real_time_mode_reports_only_at_c
     import time
 
     from skyfilter.core.topics import ensure_topics
-    from skyfilter.stream.kafka_watch import InputArrivals
+    from skyfilter.lanes.kafka_watch import InputArrivals
 
     ensure_topics(kafka_cfg, {"rt.arrivals": 2})
     arrivals = InputArrivals(kafka_cfg, "rt.arrivals", interval_s=0.0)

@@ -13,8 +13,8 @@ import pytest
 from skyfilter.core.avro_schemas import only_paths, rubin_schema
 from skyfilter.core.cpu_share import idle_group
 from skyfilter.core.settings import Realtime
-from skyfilter.stream.filter_workers import answer, answer_all, one_verdict, verdict_marks
-from skyfilter.stream.realtime import auto_trigger, refusal
+from skyfilter.delivery.realtime import auto_trigger, refusal
+from skyfilter.filtering.filter_workers import answer, answer_all, one_verdict, verdict_marks
 
 RAISES = """
 from skyfilter import alert_filter

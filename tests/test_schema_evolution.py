@@ -36,12 +36,12 @@ from skyfilter.core.reader_schema import different_alerts, reader_for, schema_na
 from skyfilter.core.registry import KafkaTopicRegistry, subject_for
 from skyfilter.core.schema_compat import read_problems
 from skyfilter.core.wire import frame, unframe
+from skyfilter.filtering.decode import decode
+from skyfilter.filtering.input_schemas import choose_inputs
 from skyfilter.jobs import replay_night
+from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA
+from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.decode import decode
-from skyfilter.stream.input_schemas import choose_inputs
-from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA
-from skyfilter.stream.tables import table_paths
 
 TOPIC = "evo.alerts"
 NIGHT = "2026-11-20"

@@ -1,6 +1,6 @@
 """Every private Spark API skyfilter uses, run on the pinned Spark: an upgrade that breaks one fails here, by name.
 
-Each function of ``skyfilter/stream/spark_internals.py`` registered with ``@internal`` has a probe below; a
+Each function of ``skyfilter/spark/internals.py`` registered with ``@internal`` has a probe below; a
 probe that fails shows the function, the Spark version and why skyfilter needs it (SparkInternalsError).
 """
 
@@ -12,9 +12,9 @@ import pytest
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-from skyfilter.stream import spark_internals as internals
-from skyfilter.stream.caps import VISIT_CAP_FUNCTION
-from skyfilter.stream.spark_internals import INTERNALS, PlanTemplate, SparkInternalsError, internal
+from skyfilter.delivery.caps import VISIT_CAP_FUNCTION
+from skyfilter.spark import internals
+from skyfilter.spark.internals import INTERNALS, PlanTemplate, SparkInternalsError, internal
 
 
 def _frame(spark):

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import ROOT, write_files
 from skyfilter.core.config import Config
-from skyfilter.stream.filter_tools import check_filters, cost_notes, schema_for_check
+from skyfilter.tools.filter_tools import check_filters, cost_notes, schema_for_check
 
 REFUSED = {
     "several_statements.sql": ("SELECT diaSource.ra FROM alerts WHERE diaSource.snr > 5;\nDROP TABLE alerts", 2,

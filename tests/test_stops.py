@@ -28,9 +28,9 @@ from skyfilter.core.delivery import read_topic
 from skyfilter.core.registry import KafkaTopicRegistry, subject_for
 from skyfilter.core.status import status_file
 from skyfilter.jobs.filter_stream import run
+from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.session import SPARK_LOG
-from skyfilter.stream.tables import table_paths
+from skyfilter.spark.session import SPARK_LOG
 
 NIGHT = "2026-11-21"
 BROKERS = """
@@ -128,7 +128,7 @@ def test_a_second_signal_stops_at_once(kafka_cfg, tmp_path):
 def test_java_errors_are_one_line_on_the_console_and_whole_in_the_log_file(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text("from pyspark.sql import functions as F\n"
-                      "from skyfilter.stream.session import get_spark\n"
+                      "from skyfilter.spark.session import get_spark\n"
                       "spark = get_spark('one-line-errors', master='local[1]')\n"
                       "try:\n"
                       "    spark.range(3).select(F.raise_error(F.lit('boom from a task'))).collect()\n"

@@ -13,18 +13,20 @@ import pytest
 
 from conftest import NEGATIVE_PY, stream_args, stream_folder
 from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.delivery.batch_figures import MATCHED
+from skyfilter.delivery.caps import VisitCaps
+from skyfilter.delivery.micro_batches import DeliveryLane
+from skyfilter.delivery.realtime import RealtimeLane
+from skyfilter.filtering.decode import alert_field_names
 from skyfilter.jobs.filter_stream import run
+from skyfilter.lanes.delivery_log import SummaryWriter
+from skyfilter.lanes.lane import LaneServices
+from skyfilter.lanes.monitoring import StreamMonitor
+from skyfilter.lanes.totals import StreamTotals
+from skyfilter.plan.quarantine import without_filter
+from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, PlanCell, build_plan, probe_batch
 from skyfilter.producers.command import ProduceOptions, produce
-from skyfilter.stream.batch_figures import MATCHED
-from skyfilter.stream.caps import VisitCaps
-from skyfilter.stream.decode import alert_field_names
-from skyfilter.stream.delivery_lane import DeliveryLane
-from skyfilter.stream.delivery_log import SummaryWriter
-from skyfilter.stream.lane import LaneServices
-from skyfilter.stream.monitoring import StreamMonitor
-from skyfilter.stream.quarantine import without_filter
-from skyfilter.stream.realtime import RealtimeLane
-from skyfilter.stream.spark_internals import (
+from skyfilter.spark.internals import (
     compiled_classes,
     executed_plan,
     job_descriptions,
@@ -32,8 +34,6 @@ from skyfilter.stream.spark_internals import (
     optimized_plan,
     write_checkpoint_files,
 )
-from skyfilter.stream.stream_plan import KAFKA_SOURCE_SCHEMA, PlanCell, build_plan, probe_batch
-from skyfilter.stream.totals import StreamTotals
 
 TOPIC = "plan.alerts"
 FILTERS = {
@@ -118,7 +118,7 @@ def test_the_realtime_query_decodes_once_and_observes_no_field_of_the_alert(spar
 def test_a_watchlist_adds_one_pass_over_positions_and_keeps_one_decode(kafka_cfg, spark, tmp_path):
     import pandas as pd
 
-    from skyfilter.stream.watch_store import store
+    from skyfilter.filtering.watch_store import store
 
     store(spark, kafka_cfg, "watchlist", "plan_list", pd.DataFrame(
         {"source_id": ["a"], "source_name": [None], "ra": [1.0], "dec": [2.0], "radius_arcsec": [2.0]}), {})
@@ -243,7 +243,7 @@ def test_a_later_batch_replays_the_analysed_plan_with_its_own_rows_id_and_caps(k
     """The warm-up's plan, analysed once, serves the stream's batches: the same Kafka rows, figures and cap
     decisions as a plan built and analysed for the batch, at a few dozen JVM calls instead of an analysis."""
     from skyfilter.core.kafka_clients import spark_source_options
-    from skyfilter.stream.delivery_program import DeliveryProgram
+    from skyfilter.delivery.program import DeliveryProgram
 
     plan = planned["plan"]
     raw = spark.read.format("kafka").options(**spark_source_options(kafka_cfg)).option("subscribe", TOPIC).load()
@@ -280,7 +280,7 @@ def test_the_caps_memory_sits_in_the_plan_once_whatever_the_capped_brokers(spark
     20 capped brokers)."""
     from dataclasses import replace
 
-    from skyfilter.stream.delivery_program import DeliveryProgram
+    from skyfilter.delivery.program import DeliveryProgram
 
     plan = planned["plan"]
     all_capped = [replace(b, max_alerts_per_visit=5) for b in plan.brokers]
@@ -292,7 +292,7 @@ def test_the_caps_memory_sits_in_the_plan_once_whatever_the_capped_brokers(spark
 
 def test_python_workers_import_pyspark_from_its_package_not_from_sparks_archives(spark):
     """Each task re-reads the directory of every archive on a worker's path (0.1 s per task with Spark's
-    zips and jar there): the workers start from ``skyfilter.stream.python_daemon``, without them."""
+    zips and jar there): the workers start from ``skyfilter.spark.python_daemon``, without them."""
     def worker_paths(_):
         import sys
 

@@ -145,8 +145,8 @@ def test_fink_rubin_alerts_are_filtered_and_archived(kafka_cfg, spark, lsst):
 
 @pytest.mark.parametrize("dataset", ["ztf", "lsst"])
 def test_archived_real_alerts_restore_to_the_original_bytes(kafka_cfg, spark, dataset, request):
-    from skyfilter.stream.night_reader import NightSelection, read_messages
-    from skyfilter.stream.tables import table_paths
+    from skyfilter.archive.night_reader import NightSelection, read_messages
+    from skyfilter.plan.tables import table_paths
 
     _, _, inputs, _ = request.getfixturevalue(dataset)
     tables = table_paths(kafka_cfg, f"{dataset}.alerts")
@@ -165,8 +165,7 @@ def test_archived_real_alerts_restore_to_the_original_bytes(kafka_cfg, spark, da
 def test_archives_of_the_earlier_layout_restore_to_the_original_bytes(kafka_cfg, spark, dataset, request):
     """Archives written before the message column (images in a ``cutouts`` table, a hash of each message):
     the fields are re-encoded with the writer schema, the images rejoined, each checked against its hash."""
-    from skyfilter.core.avro_schemas import without_fields
-    from skyfilter.stream.archive import (
+    from skyfilter.archive.layout import (
         LEGACY_HASH_COLUMN,
         MESSAGE_KEY,
         archived_schema,
@@ -174,7 +173,8 @@ def test_archives_of_the_earlier_layout_restore_to_the_original_bytes(kafka_cfg,
         with_cutouts,
         with_fields,
     )
-    from skyfilter.stream.tables import table_paths
+    from skyfilter.core.avro_schemas import without_fields
+    from skyfilter.plan.tables import table_paths
 
     _, _, inputs, _ = request.getfixturevalue(dataset)
     tables = table_paths(kafka_cfg, f"{dataset}.alerts")

@@ -31,8 +31,8 @@ from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import filter_function, load_filters
 from skyfilter.core.registry import ConfluentRegistry
 from skyfilter.core.wire import WireFormatError, frame, unframe
+from skyfilter.filtering.filter_eval import as_verdict
 from skyfilter.producers.simulate import AlertSimulator
-from skyfilter.stream.filter_eval import as_verdict
 
 
 def test_wire_format_round_trip_and_errors():
@@ -363,7 +363,7 @@ def test_a_misspelt_key_or_a_wrong_kind_of_value_is_one_line_naming_the_file_and
 
 
 def test_durations_in_spark_form_and_in_seconds():
-    from skyfilter.stream.triggers import duration, seconds
+    from skyfilter.plan.triggers import duration, seconds
 
     assert duration("500ms") == "500 milliseconds" and duration("5m") == "5 minutes" and duration(0) == "0 seconds"
     assert [seconds(text) for text in ("500ms", "5s", "5", "1m", "5m", "2h")] == [0.5, 5, 5, 60, 300, 7200]
@@ -372,7 +372,7 @@ def test_durations_in_spark_form_and_in_seconds():
 
 
 def test_the_python_daemon_drops_spark_archives_only_where_pyspark_is_installed(tmp_path):
-    from skyfilter.stream.python_daemon import without_archives
+    from skyfilter.spark.python_daemon import without_archives
 
     site, lib = tmp_path / "site-packages", tmp_path / "lib"
     for package in ("pyspark", "py4j"):
@@ -397,8 +397,8 @@ def test_batch_match_rows_count_per_filter_per_broker_and_per_visit():
 
     from skyfilter.core.brokers import BrokerSpec
     from skyfilter.core.filter_loader import FilterSpec
-    from skyfilter.stream.batch_figures import read_matches
-    from skyfilter.stream.caps import VisitCaps
+    from skyfilter.delivery.batch_figures import read_matches
+    from skyfilter.delivery.caps import VisitCaps
 
     filters = [FilterSpec(name, Path(f"{name}.sql"), "sql", "") for name in ("a", "b", "c")]
     brokers = [BrokerSpec("first", ["a"], "t1", enabled_filters=["a"], max_alerts_per_visit=2),

@@ -249,7 +249,7 @@ def test_realtime_mode_matches_lists_and_maps_through_the_filter_workers(night, 
         "--starting-offsets", "earliest", "--set", "stream.realtime.checkpoint_interval=30s",
         "--set", "monitoring.port=null"])
     assert job.wait(240) == 0, "\n".join(lines[-20:])
-    from skyfilter.stream.watch_store import latest
+    from skyfilter.filtering.watch_store import latest
 
     version = latest(cfg, "watchlist", "w_agn")
     rows = [(i, ra, dec, r) for i, ra, dec, r in _stored_rows(version)]

@@ -3,7 +3,7 @@
 A filter's name is its file stem.  Loading never raises for a broken filter:
 each problem comes back as a :class:`FilterProblem` (file, line, reason) so the
 others still run.  Checking filters against an alert schema needs Spark and
-lives in ``skyfilter/stream/filter_eval.py``.
+lives in ``skyfilter/filtering/filter_eval.py``.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def load_sql_filter(path: Path) -> FilterSpec | FilterProblem:
     """A SQL filter: one boolean condition, or ``SELECT <columns> FROM alerts WHERE <condition>``.
 
     Its form and validity are settled by Spark's parser and analyzer
-    (``skyfilter/stream/sql_filters.py``); here only an empty file is refused.
+    (``skyfilter/filtering/sql_filters.py``); here only an empty file is refused.
     """
     source = path.read_text()
     code = re.sub(r"--[^\n]*|/\*.*?\*/", "", source, flags=re.S)

@@ -17,23 +17,23 @@ from __future__ import annotations
 import argparse
 import sys
 
+from skyfilter.archive.process import ArchiveProcess, runs_apart
 from skyfilter.core.arguments import config_from_args
 from skyfilter.core.config import Config
 from skyfilter.core.kafka_clients import act_as
 from skyfilter.core.reader_schema import schema_name
 from skyfilter.core.topics import topic_partitions
-from skyfilter.stream.archive_process import ArchiveProcess, runs_apart
-from skyfilter.stream.job_config import add_common_arguments, job_main
-from skyfilter.stream.kafka_watch import wait_until_reachable
-from skyfilter.stream.realtime import auto_trigger
-from skyfilter.stream.redrive import redrive_dead_letters
-from skyfilter.stream.session import get_spark
-from skyfilter.stream.slots import Slots, configured_master, local_cores, plan_slots
-from skyfilter.stream.starting_offsets import starting_offsets
-from skyfilter.stream.stream_job import StreamJob
-from skyfilter.stream.stream_plan import build_plan, wait_for_schema
-from skyfilter.stream.totals import StreamTotals, summary_lines
-from skyfilter.stream.triggers import REALTIME, Triggers, duration
+from skyfilter.delivery.realtime import auto_trigger
+from skyfilter.delivery.redrive import redrive_dead_letters
+from skyfilter.jobs.job_config import add_common_arguments, job_main
+from skyfilter.jobs.stream_job import StreamJob
+from skyfilter.lanes.kafka_watch import wait_until_reachable
+from skyfilter.lanes.totals import StreamTotals, summary_lines
+from skyfilter.plan.slots import Slots, configured_master, local_cores, plan_slots
+from skyfilter.plan.starting_offsets import starting_offsets
+from skyfilter.plan.stream_plan import build_plan, wait_for_schema
+from skyfilter.plan.triggers import REALTIME, Triggers, duration
+from skyfilter.spark.session import get_spark
 
 ARCHIVE_START_S = 300.0  # how long the job waits for its archive process to run before saying it is running
 LANES = {"both": {"delivery", "archive"}, "delivery": {"delivery"}, "archive": {"archive"}}
@@ -103,7 +103,7 @@ def triggers(cfg: Config, available_now: bool, log=print) -> Triggers:
 
 
 def lane_slots(cfg: Config, topic: str, triggers_: Triggers, lanes: set[str], cores: int) -> Slots:
-    """The task slots each lane of this job needs (``skyfilter/stream/slots.py``), read from the files before
+    """The task slots each lane of this job needs (``skyfilter/plan/slots.py``), read from the files before
     Spark starts."""
     delivery = "delivery" in lanes
     realtime = delivery and triggers_.delivery == REALTIME
@@ -116,7 +116,7 @@ def lane_slots(cfg: Config, topic: str, triggers_: Triggers, lanes: set[str], co
 
 def session_for(cfg: Config, topic: str, name: str, triggers_: Triggers, lanes: set[str]):
     """The SparkSession; a local master gets a task slot for every long-lived or archive task on top of its cores,
-    so delivery keeps its cores' worth of slots free (``skyfilter/stream/slots.py``)."""
+    so delivery keeps its cores' worth of slots free (``skyfilter/plan/slots.py``)."""
     master = configured_master()
     cores = local_cores(master)
     # An archive-only driver holds no delivery batches: it gets its own (smaller) heap.

@@ -21,9 +21,9 @@ from pyspark.sql import functions as F
 from skyfilter.core.alert_columns import current_night
 from skyfilter.core.arguments import config_from_args
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.stream.job_config import add_common_arguments, job_main
-from skyfilter.stream.session import get_spark
-from skyfilter.stream.tables import table_paths
+from skyfilter.jobs.job_config import add_common_arguments, job_main
+from skyfilter.plan.tables import table_paths
+from skyfilter.spark.session import get_spark
 
 DELTA_MIN_RETENTION_HOURS = 168
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from skyfilter.archive.night_reader import NightSelection, parse_visits, read_messages
 from skyfilter.core.alert_columns import detect
 from skyfilter.core.arguments import config_from_args
 from skyfilter.core.config import Config
@@ -30,19 +31,18 @@ from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_clients import act_as, client_settings, spark_sink_options
 from skyfilter.core.registry import open_registry
 from skyfilter.core.topics import check_reachable, ensure_topics, topic_partitions
-from skyfilter.stream.caps import VisitCaps
-from skyfilter.stream.decode import is_accepted
-from skyfilter.stream.filter_eval import add_filter_columns
-from skyfilter.stream.input_schemas import InputSchemas
-from skyfilter.stream.job_config import add_common_arguments, job_main
-from skyfilter.stream.night_reader import NightSelection, parse_visits, read_messages
-from skyfilter.stream.outgoing import add_broker_matches, kafka_rows, match_rows
-from skyfilter.stream.outputs import prepare_outputs, register_writers
-from skyfilter.stream.session import get_spark
-from skyfilter.stream.steps import apply_steps
-from skyfilter.stream.stream_plan import configured_cutouts, resolve_filters
-from skyfilter.stream.tables import table_paths
-from skyfilter.stream.watch_columns import Watch, load_watch, template_columns, used_by, watch_as_of, watch_steps
+from skyfilter.delivery.caps import VisitCaps
+from skyfilter.filtering.decode import is_accepted
+from skyfilter.filtering.filter_eval import add_filter_columns
+from skyfilter.filtering.input_schemas import InputSchemas
+from skyfilter.filtering.watch_columns import Watch, load_watch, template_columns, used_by, watch_as_of, watch_steps
+from skyfilter.jobs.job_config import add_common_arguments, job_main
+from skyfilter.plan.outgoing import add_broker_matches, kafka_rows, match_rows
+from skyfilter.plan.outputs import prepare_outputs, register_writers
+from skyfilter.plan.stream_plan import configured_cutouts, resolve_filters
+from skyfilter.plan.tables import table_paths
+from skyfilter.spark.session import get_spark
+from skyfilter.spark.steps import apply_steps
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -199,7 +199,7 @@ def matches_table(cfg: Config, args: argparse.Namespace, name: str) -> Path:
 
 def show_matches(spark, table: Path, night: str, limit: int, log=print) -> dict:
     """Read a night's re-filtered matches back: counts per broker and filter, then the first ``limit`` rows."""
-    from skyfilter.stream.tables import is_table
+    from skyfilter.plan.tables import is_table
 
     if not is_table(spark, table):
         raise SkyfilterError(f"no matches table at {table}: re-filter a night first (--filters-dir, --brokers)")

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from skyfilter.core.arguments import config_from_args
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.stream.job_config import add_common_arguments, job_main
-from skyfilter.stream.session import get_spark
-from skyfilter.stream.tables import table_paths
+from skyfilter.jobs.job_config import add_common_arguments, job_main
+from skyfilter.plan.tables import table_paths
+from skyfilter.spark.session import get_spark
 
 # One query per stream; {matches} and {metrics} are the stream's tables.
 TRIGGER_QUERY = """

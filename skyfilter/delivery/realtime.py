@@ -1,0 +1,450 @@
+"""The delivery lane in Spark's Real-time Mode (``--trigger realtime``): each alert delivered as it arrives.
+
+Real-time Mode runs one long-lived task per input partition that reads,
+filters and writes each record as it comes, instead of planning a micro-batch
+every time; its trigger duration is how often progress is checkpointed, not a
+latency.  PySpark 4.2 starts it with the public ``trigger(realTime=...)``.
+
+It serves every broker:
+
+* SQL filters run in the tasks' compiled code;
+* Python filters run in the stream's filter workers, called alert by alert by
+  the tasks' own code (``skyfilter/filtering/filter_workers.py``): Spark's pandas
+  UDFs would hold every answer until the checkpoint in Real-time Mode.  A
+  filter that raises, hangs or returns the wrong length is off at once in the
+  worker where it failed, heard by the driver through the delivery log
+  (``skyfilter/filtering/filter_errors.py``) and quarantined; the query restarts
+  without it at its next checkpoint, so nothing is sent twice;
+* per-visit caps are decided by the stream's visit cap ledger
+  (``skyfilter/spark/jvm/VisitCapLedger.java``): the first matches of a visit
+  to arrive, across partitions and restarts.
+
+The ledger lives in the driver's JVM and the filter workers on its machine, so
+on a cluster master capped brokers and Python filters go in micro-batches
+beside the query.
+
+``stream.realtime.python_filters`` and ``stream.realtime.caps`` (both on by
+default) send those brokers to micro-batches instead.  The split is printed
+when the stream starts.  Delivery is at-least-once: a restarted query resends
+what it wrote since its last checkpoint (caps still hold: the ledger admits
+the same alerts again).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from skyfilter.core.brokers import BrokerSpec, load_brokers
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.filter_loader import FilterSpec
+from skyfilter.core.settings import Realtime
+from skyfilter.delivery.batch_figures import figure_aggregates, read_matches
+from skyfilter.delivery.caps import realtime_broker_visits, realtime_cap_step
+from skyfilter.delivery.micro_batches import batch_stats, report_batch, summary_record
+from skyfilter.delivery.program import encode_and_narrow_steps, evaluate, lane_filters
+from skyfilter.filtering.filter_errors import FilterErrorWatch, error_record
+from skyfilter.filtering.filter_eval import FilterSet, worker_filter_set
+from skyfilter.filtering.filter_workers import FilterWorkers
+from skyfilter.filtering.input_schemas import NEW_SCHEMA_ERROR
+from skyfilter.filtering.watch_columns import REFERENCE, template_columns, used_by
+from skyfilter.lanes.delivery_log import RESTORE_HOURS, SummaryWriter
+from skyfilter.lanes.kafka_watch import offsets_past_checkpoint
+from skyfilter.lanes.lane import Lane, LaneServices
+from skyfilter.plan.outgoing import message_steps, with_batch_id
+from skyfilter.plan.quarantine import Quarantine
+from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan, probe_batch
+from skyfilter.plan.triggers import duration, seconds
+from skyfilter.spark.internals import (
+    close_visit_caps,
+    logs_off,
+    open_visit_caps,
+    register_python_filter_call,
+    register_visit_cap,
+    visit_cap_counts,
+)
+from skyfilter.spark.session import driver_log_level
+from skyfilter.spark.steps import apply_steps
+
+LANE = "realtime"
+REALTIME_TRIGGER = "realtime"
+OBSERVATION = "skyfilter_realtime"
+SHORTEST_INTERVAL = "5 seconds"  # Spark's spark.sql.streaming.realTimeMode.minBatchDuration
+FIRST_BOUNDARY_AHEAD_FROM_S = 30.0  # checkpoint intervals from which the first boundary is passed at start-up
+FILTER_ERROR_KEY = "filter_error"  # key of the delivery-log records of failing Python filters
+WARM_UP_LEDGER = ".warm-up"
+
+
+def refusal(capped: bool, python: list[str], settings: Realtime, local_master: bool, watch: bool = False
+            ) -> str | None:
+    """Why a broker with a cap (``capped``), these Python filters and, with ``watch``, filters that use watchlists
+    or watchmaps, is not served in Real-time Mode, or None."""
+    reasons = []
+    if watch and not local_master:
+        reasons.append("watchlists or watchmaps (the filter workers need a local master)")
+    if capped and not settings.caps:
+        reasons.append("a per-visit cap (stream.realtime.caps is off)")
+    elif capped and not local_master:
+        reasons.append("a per-visit cap (the visit cap ledger needs a local master)")
+    if python and not settings.python_filters:
+        reasons.append(f"Python filter(s) {', '.join(python)} (stream.realtime.python_filters is off)")
+    elif python and not local_master:
+        reasons.append(f"Python filter(s) {', '.join(python)} (the filter workers need a local master)")
+    return "; ".join(reasons) or None
+
+
+def realtime_refusal(broker: BrokerSpec, plan: StreamPlan, local_master: bool = True) -> str | None:
+    """Why a broker is not delivered in Real-time Mode under ``plan`` (None when it is)."""
+    kinds = {spec.name: spec.kind for spec in plan.filters}
+    python = [name for name in broker.enabled_filters if kinds.get(name) == "python"]
+    return refusal(broker.max_alerts_per_visit is not None, python, plan.cfg.stream.realtime, local_master,
+                   bool(broker.watch_matches))
+
+
+def auto_trigger(filters_dir: Path, brokers_file: Path, settings: Realtime, local_master: bool = True
+                 ) -> tuple[str, str]:
+    """``--trigger auto``: (trigger, why) - ``realtime`` when Real-time Mode serves every broker, else ``0``.
+
+    Read from the files alone, before Spark starts (its master depends on it).
+    """
+    files = {path.stem: path for path in filters_dir.glob("*") if path.suffix in (".sql", ".py")}
+    watching = {name for name, path in files.items() if REFERENCE.search(path.read_text(errors="replace"))}
+    misfits = [broker.name for broker in load_brokers(brokers_file)
+               if refusal(broker.max_alerts_per_visit is not None,
+                          [f for f in broker.filters if f in files and files[f].suffix == ".py"], settings,
+                          local_master, any(":" in f or f in watching for f in broker.filters))]
+    if not misfits:
+        return REALTIME_TRIGGER, "Real-time Mode serves every broker (SQL and Python filters, caps)"
+    return "0", (f"broker(s) {', '.join(misfits)} need micro-batches (stream.realtime settings): "
+                 f"micro-batches back to back")
+
+
+def split_line(plan: StreamPlan, local_master: bool = True) -> str:
+    """One line saying which brokers go in Real-time Mode and which in micro-batches, and why."""
+    live = [b for b in plan.brokers if b.enabled_filters]
+    reasons = {b.name: realtime_refusal(b, plan, local_master) for b in live}
+    fast = [b.name for b in live if reasons[b.name] is None]
+    slow = [f"{name} ({why})" for name, why in reasons.items() if why is not None]
+    line = f"realtime: {len(fast)} of {len(live)} broker(s) in Real-time Mode" + (f": {', '.join(fast)}" if fast
+                                                                                     else "")
+    if slow:
+        line += f"; in micro-batches beside it: {', '.join(slow)}"
+    return line
+
+
+class RealtimeLane(Lane):
+    """The Real-time Mode query of a stream, restarted when what it serves changes."""
+
+    def __init__(self, services: LaneServices, source: DataFrame, interval: str, summaries: SummaryWriter,
+                 quarantine: Quarantine | None = None, local_master: bool = True):
+        super().__init__(services, LANE)
+        self.source = source
+        self.interval = interval
+        self.summaries = summaries
+        self.quarantine = quarantine
+        self.local_master = local_master
+        self.query: StreamingQuery | None = None
+        self.served: tuple = ()
+        self.ledger: str | None = None  # the visit cap ledger open for the query (None: no capped broker)
+        self.errors: FilterErrorWatch | None = None
+        # worker processes, started on first use: one for the Python filters, one for watchlists and watchmaps
+        # (apart, so that the two run side by side rather than queue in one process)
+        self.workers: dict[str, FilterWorkers] = {}
+        self.restart_at_checkpoint = False  # a quarantine waits for the next checkpoint to restart the query
+        self.checkpoint_passed = threading.Event()
+        self.listener = _ProgressListener(self)
+        self.spark.streams.addListener(self.listener)
+
+    def brokers(self, plan: StreamPlan | None = None) -> list[BrokerSpec]:
+        """The brokers this lane delivers to under ``plan`` (by default the plan its query runs)."""
+        plan = plan or self.plan
+        return [b for b in plan.brokers if b.enabled_filters and realtime_refusal(b, plan, self.local_master) is None]
+
+    def signature(self, plan: StreamPlan) -> tuple:
+        """What a query of ``plan`` is built from: input schemas, brokers, their filters and the filters' files."""
+        digests = {spec.name: spec.digest for spec in plan.filters}
+        watched = plan.watch.chosen(used_by(lane_filters(plan, self.brokers(plan))))
+        return (tuple(sorted(plan.inputs.readable)), tuple(sorted(plan.inputs.reasons)),
+                tuple((v.kind, v.name, v.version) for v in watched),
+                *((b.name, b.topic, b.format, b.encoding, b.max_alerts_per_visit,
+                   tuple((f, digests.get(f)) for f in b.enabled_filters)) for b in self.brokers(plan)))
+
+    def _rows(self, source: DataFrame, ledger: str, observed: bool = True) -> DataFrame:
+        """The Kafka rows (broker topics, dead letters, delivery log) of the input rows ``source``.
+
+        Capped brokers' matches are admitted by the visit cap ledger ``ledger``.  The
+        figures are observed after the re-encodings, on rows without the decoded alert's
+        fields (:func:`~skyfilter.delivery.program.encode_and_narrow_steps`).
+        """
+        brokers, plan = self.brokers(), self.plan
+        filters = lane_filters(plan, brokers)
+        evaluated = evaluate(plan, source, brokers, realtime=True, workers=self._filter_set(filters),
+                             watch_workers=self._watch_set(filters))
+        if any(b.max_alerts_per_visit is not None for b in brokers):
+            register_visit_cap(self.spark)
+        decided = with_batch_id(apply_steps(evaluated, [realtime_cap_step(brokers, ledger)]), -1)
+        encoded = apply_steps(decided, encode_and_narrow_steps(plan, brokers, decided=True))
+        if observed:
+            encoded = encoded.observe(OBSERVATION, *figure_aggregates(filters, brokers))
+        errors = ((FILTER_ERROR_KEY, error_record(LANE)),) if _python(filters) else ()
+        return apply_steps(encoded, message_steps(brokers, plan.encodings, plan.deadletter_topic,
+                                                  plan.delivery_log_topic, LANE, plan.inputs.readable,
+                                                  log_values=errors))
+
+    def warm_up(self) -> None:
+        """Run the query's code once on probe alerts, and load the Kafka clients, before the long-lived tasks start.
+
+        Spark caches generated code by its text and the JVM compiles what ran often, so
+        the Real-time tasks find the decoding and filtering compiled, and the Kafka
+        clients' classes loaded, instead of the first visit waiting for them.  The
+        probe's caps go to a ledger of their own, forgotten afterwards.
+        """
+        probe = probe_batch(self.spark, self.plan)
+        ledger = f"{self.plan.name}{WARM_UP_LEDGER}"
+        capped = any(b.max_alerts_per_visit is not None for b in self.brokers())
+        if capped:
+            open_visit_caps(self.spark, ledger, str(self._ledger_file(WARM_UP_LEDGER)), 0)
+        try:
+            self._rows(probe, ledger, observed=False).write.format("noop").mode("overwrite").save()
+        finally:
+            if capped:
+                close_visit_caps(self.spark, ledger)
+        self.warm_up_kafka(self.plan.output_topics(self.brokers()), self.plan.topic)
+
+    def _filter_set(self, filters: list[FilterSpec]) -> FilterSet | None:
+        """The filter workers' set of these filters' Python ones (the workers started on first use)."""
+        python = [spec for spec in filters if spec.kind == "python"]
+        if not python:
+            return None
+        template = self.plan.decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)) \
+            .withColumns(template_columns(self.plan.watch))
+        return self._workers("filters").publish(*worker_filter_set(python, template),
+                                                self.plan.cfg.stream.filter_time_budget_s)
+
+    def _watch_set(self, filters: list[FilterSpec]) -> FilterSet | None:
+        """The watch workers' set of the watchlists and watchmaps these filters use."""
+        versions = self.plan.watch.chosen(used_by(filters))
+        return self._workers("watch").publish_watch([v.for_workers() for v in versions]) if versions else None
+
+    def _workers(self, role: str) -> FilterWorkers:
+        """The stream's worker process for ``role`` (``filters`` or ``watch``), started on first use."""
+        if role not in self.workers:
+            self.workers[role] = FilterWorkers(self.log).start()
+            register_python_filter_call(self.spark)
+        return self.workers[role]
+
+    def _ledger_file(self, suffix: str = "") -> Path:
+        return self.plan.cfg.run_dir / f"filter_stream.{self.plan.name}.visit-caps{suffix}.ledger"
+
+    def start(self, interval: str | None = None) -> StreamingQuery:
+        """Start the query on the plan in force (resuming from its checkpoint); ``interval``: other than the lane's."""
+        self.take_plan()
+        brokers = self.brokers()
+        self._open_ledger(any(b.max_alerts_per_visit is not None for b in brokers))
+        python = _python(lane_filters(self.plan, brokers))
+        if python and self.errors is None:
+            self.errors = FilterErrorWatch(self.plan.cfg, self.plan.delivery_log_topic, self.log).start()
+        rows = self._rows(self.source, self.ledger or "")
+        self.query = (rows.writeStream.format("kafka").options(**self.kafka_options)
+                      .queryName(f"skyfilter_{LANE}_{self.plan.name}")
+                      .option("checkpointLocation", str(self.plan.lane_checkpoint(LANE))).outputMode("update")
+                      .trigger(realTime=duration(interval or self.interval)).start())
+        self.served = self.signature(self.plan)
+        self.restart_at_checkpoint = False
+        return self.query
+
+    def _open_ledger(self, capped: bool) -> None:
+        """Open the stream's visit cap ledger (once per run: its file keeps what earlier runs admitted)."""
+        if capped and self.ledger is None:
+            self.ledger = self.plan.name
+            admitted = open_visit_caps(self.spark, self.ledger, str(self._ledger_file()), RESTORE_HOURS)
+            self.log(f"realtime: visit caps from the ledger {self._ledger_file()} ({admitted} admission(s) of the "
+                     f"last {RESTORE_HOURS} h read back)")
+
+    def pass_first_boundary(self, timeout_s: float = 120.0) -> None:
+        """Before the night: run the query through one shortest batch and the boundary after it, then stop it.
+
+        The first checkpoint boundary of a query in a fresh driver runs cold (the
+        commit, the planning and the job submission not yet compiled by the JIT):
+        2.6-4 s without reading, against 0.7-1.6 s at later ones.  With a checkpoint
+        interval of minutes it would fall in the night, and the alerts that arrive
+        during it would be the tail of the night's latency; passed here, every
+        boundary of the night is a warm one.  Skipped when the interval is short
+        (boundaries are then frequent, and the first one is no outlier).
+        """
+        if seconds(self.interval) < FIRST_BOUNDARY_AHEAD_FROM_S:
+            return
+        began = time.monotonic()
+        query = self.start(interval=SHORTEST_INTERVAL)
+        while time.monotonic() < began + timeout_s and query.isActive and query.lastProgress is None:
+            time.sleep(0.1)
+        passed = query.lastProgress is not None
+        self.stop()
+        self.log(f"realtime: {'passed' if passed else 'could not pass'} a first checkpoint boundary before the "
+                 f"night, in a {SHORTEST_INTERVAL} batch ({time.monotonic() - began:.1f} s); checkpoint interval "
+                 f"from now on: {self.interval}")
+
+    def wait_until_reading(self, timeout_s: float = 120.0) -> bool:
+        """Wait until the query's long-lived tasks run (False after ``timeout_s``).
+
+        Starting the query returns before its first batch is planned and its tasks
+        launched (seconds on a busy machine); the stream says it is running only
+        after this, so alerts sent from then on are read as they come.
+        """
+        tracker = self.spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.query is not None and self.query.isActive:
+            for job_id in tracker.getJobIdsForGroup(str(self.query.runId)):
+                job = tracker.getJobInfo(job_id)
+                stages = [tracker.getStageInfo(stage_id) for stage_id in (job.stageIds if job else [])]
+                # Spark's status store shows a stage's task count late, so its first running task is the sign
+                if any(stage is not None and stage.numActiveTasks > 0 for stage in stages):
+                    return True
+            time.sleep(0.1)
+        return False
+
+    def review_filter_errors(self) -> None:
+        """Quarantine the Python filters the query reported failing since the last look (main loop).
+
+        They are already off in the workers where they failed; the query restarts
+        without them right after its next checkpoint (:meth:`restart_if_changed`).
+        """
+        if self.errors is None or self.quarantine is None:
+            return
+        failed = {name: report for name, report in self.errors.drain().items() if report["error"]}
+        if not failed:
+            return
+        running = self.query.lastProgress["batchId"] + 1 if self.query is not None and self.query.lastProgress \
+            else 0
+        stats = {"errors": {name: r["error"] for name, r in failed.items()},
+                 "samples": {name: r["sample"] for name, r in failed.items() if r["sample"]}, "seconds": {}}
+        if self.quarantine.review(running, stats):
+            self.restart_at_checkpoint = True
+            self.checkpoint_passed.clear()
+            self.log(f"realtime: the query goes on without them from its next checkpoint (within "
+                     f"{self.interval}); until then they are off in the Python workers where they failed")
+
+    def restart_if_changed(self) -> bool:
+        """After a reload, a quarantine or a new input schema version: restart the query when what it serves
+        changed (after a quarantine, only once a checkpoint has just passed)."""
+        if self.query is None or self.signature(self.cell.current) == self.served:
+            return False
+        if self.restart_at_checkpoint and not self.checkpoint_passed.is_set():
+            return False
+        self.log(f"realtime: restarting the Real-time Mode query for "
+                 f"{', '.join(b.name for b in self.brokers(self.cell.current))} "
+                 f"(filters, brokers or input schemas changed)")
+        self.restart()
+        return True
+
+    def restart(self) -> StreamingQuery:
+        """Start the query again from its checkpoint, warmed up (what it sent since then is sent again)."""
+        self.take_plan()
+        self.warm_up()
+        self.stop()
+        self.start()
+        self.wait_until_reading()
+        return self.query
+
+    def recover_new_schema(self, failure: BaseException) -> StreamingQuery | None:
+        """Restart a query that stopped on an input schema id it did not know, once the id is settled; else None.
+
+        The query cannot read the registry between records, so an alert of a version
+        registered after it started stops it (``skyfilter/filtering/decode.py``).  The lane then reads
+        the registry: the version is decoded from then on, or its alerts are dead-lettered
+        with the reason, and the query resumes from its last checkpoint.
+        """
+        found = re.search(rf"{re.escape(NEW_SCHEMA_ERROR)} (\d+)", str(failure))
+        if found is None:
+            return None
+        schema_id = int(found.group(1))
+        self.refresh_inputs(seen=[schema_id])
+        if schema_id not in self.cell.current.inputs.known:  # settled here, or by a micro-batch lane before
+            return None
+        self.log(f"realtime: alerts of input schema id {schema_id} arrived: restarting the Real-time Mode query")
+        return self.restart()
+
+    def progress(self, progress) -> None:
+        """One finished Real-time batch (every checkpoint interval): its figures to the log, metrics and totals."""
+        self.checkpoint_passed.set()
+        observed = (progress.observedMetrics or {}).get(OBSERVATION)
+        if observed is None or not observed["input_alerts"]:
+            return
+        finished = time.time()
+        started = finished - progress.batchDuration / 1000.0
+        brokers = self.brokers()
+        filters = lane_filters(self.plan, brokers)
+        observed = observed.asDict()
+        stats = batch_stats(observed, finished, filters, read_matches(observed, filters, brokers))
+        stats["latency"], stats["latency_max"] = [None, None, None], None  # records leave as they come
+        decision = realtime_broker_visits(visit_cap_counts(self.spark, self.ledger) if self.ledger else [], brokers)
+        dropped = {name: n for name, n in decision.dropped_by_broker.items() if n}
+        stats["by_broker"] = {name: n - dropped.get(name, 0) for name, n in stats["by_broker"].items()}
+        stats["dropped_by_broker"] = dropped
+        stats["matches"] = sum(stats["by_broker"].values())
+        quarantined = self.quarantine.quarantined() if self.quarantine is not None else []
+        figures = self.monitor.batch_figures(LANE, progress.batchId, started, finished, stats["input_alerts"],
+                                             quarantined)
+        self.summaries.write(summary_record(self.plan, LANE, self.monitor.run_id, progress.batchId,
+                                            f"realtime {self.interval}", (started, None, finished), stats,
+                                            figures, [row._asdict() for row in decision.rows]))
+        self.monitor.observe_delivery(LANE, progress.batchId, stats, figures, started, None, finished,
+                                      [f.name for f in filters])
+        self.totals.add_delivery(stats, started, finished)
+        report_batch(self.log, LANE, progress.batchId, stats, self.plan.deadletter_topic, started, None)
+
+    def stop(self) -> None:
+        """Stop the query, without the stack traces Spark logs for each of its interrupted long-lived tasks; the
+        alerts it read since its last checkpoint are noted in the totals (its figures come at checkpoints)."""
+        if self.query is None or not self.query.isActive:
+            return
+        self.totals.after_checkpoint = offsets_past_checkpoint(self.plan.cfg, self.plan.lane_checkpoint(LANE),
+                                                               self.plan.topic)
+        with logs_off(self.spark, driver_log_level()):
+            self.query.stop()
+            time.sleep(0.5)  # the tasks log their interruption just after the query ends
+
+    def close(self) -> None:
+        """Stop listening for progress and filter errors; close the visit cap ledger (its file stays)."""
+        self.spark.streams.removeListener(self.listener)
+        if self.errors is not None:
+            self.errors.stop()
+        if self.ledger is not None:
+            close_visit_caps(self.spark, self.ledger)
+            self.ledger = None
+        for workers in self.workers.values():
+            workers.close()
+        self.workers = {}
+
+
+def _python(filters: list) -> bool:
+    return any(spec.kind == "python" for spec in filters)
+
+
+class _ProgressListener(StreamingQueryListener):
+    """Hands the Real-time query's progress events to its lane (Spark calls this on its listener thread)."""
+
+    def __init__(self, lane: RealtimeLane):
+        self.lane = lane
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        query = self.lane.query
+        if query is not None and str(event.progress.id) == str(query.id):
+            try:
+                self.lane.progress(event.progress)
+            except SkyfilterError as exc:  # the summary could not be logged: say so, the query goes on
+                self.lane.log(f"realtime batch {event.progress.batchId}: {exc}")
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass

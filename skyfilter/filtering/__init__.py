@@ -1,0 +1,3 @@
+"""From Kafka bytes to filter verdicts: input schemas, decoding, SQL and Python filters, filter workers,
+watchlists and watchmaps.
+"""

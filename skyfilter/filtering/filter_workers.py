@@ -1,0 +1,313 @@
+"""Python filters in Real-time Mode: worker processes the query calls alert by alert.
+
+Spark 4.2 runs a pandas UDF by streaming rows to a Python worker and reading
+its answers only while its input lasts; a Real-time task's input lasts until
+the checkpoint, so every answer waited for the checkpoint (measured: a pandas
+UDF's rows all left at the batch end, whatever ``maxRecordsPerBatch`` and
+``spark.buffer.size``; docs/performance.md).  So the Real-time query calls its
+Python filters itself: ``PythonFilterCall.java`` sends each alert's filter
+columns, as JSON, to a worker process over a Unix socket and waits for the
+verdicts, in the task's own code.
+
+* :class:`FilterWorkers` (driver): starts ``python -m skyfilter.filtering.filter_workers``,
+  which every task thread connects to, and writes each set of filters the
+  query uses to a file named by its id;
+* :func:`serve` and :func:`answer_all` (the worker process): the verdicts of
+  the alerts waiting together (one per busy task: one at a time when alerts
+  trickle in, as many as there are tasks in a visit's burst), each filter
+  called once on pandas Series built with Arrow from the Spark types (as a
+  pandas UDF would get them), a call longer than the time budget interrupted,
+  a filter that failed not called again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import ctypes
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from skyfilter.filtering.filter_eval import FilterSet
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+FRAME = struct.Struct(">i")
+
+
+class FilterWorkers:
+    """The filter workers of one stream job: a server process and the filter sets it serves."""
+
+    def __init__(self, log=print):
+        self.log = log
+        self.folder = Path(tempfile.mkdtemp(prefix="skyfilter-workers-"))  # short: a socket path has 107 bytes
+        self.socket = str(self.folder / "workers.sock")
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 60.0) -> FilterWorkers:
+        """Start the server; returns once it listens."""
+        self.process = subprocess.Popen([sys.executable, "-m", "skyfilter.filtering.filter_workers", "--socket",
+                                         self.socket], preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(self.socket):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Python filter workers did not start (exit code {self.process.poll()})")
+            time.sleep(0.05)
+        return self
+
+    def publish(self, filters: list[dict], arrow_schema: bytes, budget_s: float) -> FilterSet:
+        """Write a set of filters (name, path, source, function, columns as positions) with the Arrow schema of
+        their columns, for the workers to load when a request names it."""
+        return self._publish(json.dumps({"filters": filters, "schema": base64.b64encode(arrow_schema).decode(),
+                                         "budget_s": budget_s}, sort_keys=True))
+
+    def publish_watch(self, versions: list) -> FilterSet:
+        """Write a set of watchlist and watchmap versions (``skyfilter/core/crossmatch.py``'s ``WatchVersion``)
+        for the workers to match alert positions against: a request's row is ``{"ra": .., "dec": ..}``, the
+        reply the flat fields as JSON (``skyfilter/filtering/watch_columns.py``)."""
+        return self._publish(json.dumps({"watch": [dataclasses.asdict(v) for v in versions]}, sort_keys=True))
+
+    def _publish(self, content: str) -> FilterSet:
+        set_id = hashlib.sha256(content.encode()).hexdigest()[:16]
+        path = self.folder / f"{set_id}.json"
+        if not path.exists():
+            partial = path.with_suffix(".partial")
+            partial.write_text(content)
+            partial.rename(path)
+        return FilterSet(self.socket, set_id)
+
+    def close(self) -> None:
+        """Stop the server and its workers (they exit when their connection or the server goes)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(10)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+# ----------------------------------------------------------------------------------------------- the workers
+class LoadedSet:
+    """A filter set as the worker runs it: the functions, their columns' Arrow types and the time budget."""
+
+    def __init__(self, path: Path):
+        import pyarrow as pa
+
+        from skyfilter.core.filter_loader import FilterSpec, filter_function
+
+        content = json.loads(path.read_text())
+        self.schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(content["schema"])))
+        self.budget_s = content["budget_s"]
+        self.filters = []
+        for entry in content["filters"]:
+            spec = FilterSpec(entry["name"], Path(entry["path"]), "python", entry["source"],
+                              function_name=entry["function"])
+            self.filters.append((entry["name"], filter_function(spec), entry["positions"]))
+        self.failed: set[str] = set()
+
+
+class LoadedWatch:
+    """A set of watchlist and watchmap versions as the worker matches positions against them."""
+
+    def __init__(self, entries: list[dict]):
+        from skyfilter.core.crossmatch import WatchVersion
+
+        self.versions = tuple(WatchVersion(e["kind"], e["name"], e["version"], tuple(e["files"])) for e in entries)
+
+    def replies(self, rows: list[dict]) -> list[str]:
+        """Each alert's flat fields, as JSON."""
+        from skyfilter.core.crossmatch import watch_outputs
+
+        nan = float("nan")
+        out = watch_outputs(self.versions, [nan if r.get("ra") is None else r["ra"] for r in rows],
+                            [nan if r.get("dec") is None else r["dec"] for r in rows])
+        return [json.dumps({name: values[i] for name, values in out.items()}) for i in range(len(rows))]
+
+
+def load_set(path: Path) -> LoadedSet | LoadedWatch:
+    """A published set: filters, or watchlists and watchmaps."""
+    content = json.loads(path.read_text())
+    return LoadedWatch(content["watch"]) if "watch" in content else LoadedSet(path)
+
+
+def columns(values: list, field) -> object:
+    """The alerts' values of a column as the pandas object a pandas UDF gets for them: a Series, or a DataFrame
+    for a record."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if pa.types.is_struct(field.type):
+        return pd.DataFrame([value or {} for value in values], columns=[f.name for f in field.type])
+    return pa.array(values, type=field.type).to_pandas()
+
+
+def answer_all(requests: list[bytes], folder: Path, sets: dict[str, LoadedSet]) -> list[str]:
+    """The replies to requests (``<set id>\n<row JSON>``) waiting together, each filter called once per filter
+    set on all of them: one character per filter and alert, then, on the first alert's reply, the failures."""
+    replies: list[str] = [""] * len(requests)
+    by_set: dict[str, list[int]] = {}
+    for index, request in enumerate(requests):
+        by_set.setdefault(request.partition(b"\n")[0].decode(), []).append(index)
+    for key, indexes in by_set.items():
+        if key not in sets:
+            sets[key] = load_set(folder / f"{key}.json")
+        rows = [json.loads(requests[i].partition(b"\n")[2]) for i in indexes]
+        for index, reply in zip(indexes, evaluate_rows(sets[key], rows), strict=True):
+            replies[index] = reply
+    return replies
+
+
+def answer(request: bytes, folder: Path, sets: dict[str, LoadedSet]) -> str:
+    """The reply to one request (see :func:`answer_all`)."""
+    return answer_all([request], folder, sets)[0]
+
+
+def evaluate_rows(loaded: LoadedSet | LoadedWatch, rows: list[dict]) -> list[str]:
+    """Every filter of a set on these alerts (renamed ``c<i>`` columns): a verdict string per alert (for a
+    watch set, each alert's matches)."""
+    from skyfilter.filtering.filter_eval import time_limit
+
+    if isinstance(loaded, LoadedWatch):
+        return loaded.replies(rows)
+
+    values = [columns([row.get(f"c{i}") for row in rows], field) for i, field in enumerate(loaded.schema)]
+    verdicts = [[] for _ in rows]
+    failures = {}
+    for name, function, positions in loaded.filters:
+        marks = ["n"] * len(rows)
+        if name not in loaded.failed:
+            began = time.perf_counter()
+            try:
+                with time_limit(loaded.budget_s):
+                    result = function(*[values[i] for i in positions])
+                marks = verdict_marks(result, len(rows))
+            except Exception as exc:  # noqa: BLE001 - a failing filter must not stop the others
+                loaded.failed.add(name)
+                failures[name] = {"seconds": time.perf_counter() - began, "error": f"{type(exc).__name__}: {exc}",
+                                  "sample": rows[0].get("alert_id")}
+        for verdict_list, mark in zip(verdicts, marks, strict=True):
+            verdict_list.append(mark)
+    replies = ["".join(marks) for marks in verdicts]
+    if failures:
+        replies[0] += "\n" + json.dumps(failures)
+    return replies
+
+
+def verdict_marks(result, rows: int) -> list[str]:
+    """A filter's return value as one mark per alert (``1``, ``0``, ``n`` for no verdict); a plain boolean Series
+    of the right length, what nearly every filter returns, without the checks and casts of a general one."""
+    import numpy as np
+    import pandas as pd
+
+    from skyfilter.filtering.filter_eval import as_verdict
+
+    if isinstance(result, pd.Series | np.ndarray) and result.dtype == np.bool_ and len(result) == rows:
+        return ["1" if value else "0" for value in np.asarray(result).tolist()]
+    if rows == 1:
+        verdict = one_verdict(result)
+        return ["n" if verdict is None else "1" if verdict else "0"]
+    return ["n" if pd.isna(v) else "1" if v else "0" for v in as_verdict(result, rows).tolist()]
+
+
+def one_verdict(result) -> bool | None:
+    """A filter's return value for one alert: True, False or None (no verdict); anything that is not one boolean
+    (or a sequence of one) raises, as :func:`skyfilter.filtering.filter_eval.as_verdict` does for a batch."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(result, pd.DataFrame) or not hasattr(result, "__len__"):
+        raise TypeError(f"filter returned {type(result).__name__}, expected a boolean Series")
+    if len(result) != 1:
+        raise TypeError(f"filter returned {len(result)} values for 1 alerts")
+    value = result.iloc[0] if isinstance(result, pd.Series) else result[0]
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise TypeError(f"filter returned {type(value).__name__} values, expected booleans")
+
+
+def serve(path: str) -> None:
+    """Listen on the Unix socket ``path`` and answer every connection, the requests waiting together at once.
+
+    One process: each task thread keeps one request outstanding, so when a visit's
+    burst keeps every task busy the filters are called on as many alerts at a time
+    as there are tasks, and one at a time when alerts trickle in.
+    """
+    import selectors
+
+    import pandas  # noqa: F401 - loaded before the first request
+    import pyarrow  # noqa: F401
+
+    import skyfilter.filtering.filter_eval  # noqa: F401
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    partial = path + ".partial"
+    listener.bind(partial)
+    listener.listen(64)
+    os.rename(partial, path)
+    folder = Path(path).parent
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    buffers: dict[socket.socket, bytearray] = {}
+    sets: dict[str, LoadedSet] = {}
+    while True:
+        waiting: list[tuple[socket.socket, bytes]] = []
+        for key, _ in selector.select():
+            if key.fileobj is listener:
+                connection, _ = listener.accept()
+                buffers[connection] = bytearray()
+                selector.register(connection, selectors.EVENT_READ)
+                continue
+            connection = key.fileobj
+            data = connection.recv(1 << 20)
+            if not data:
+                selector.unregister(connection)
+                connection.close()
+                buffers.pop(connection, None)
+                continue
+            buffers[connection] += data
+            waiting += [(connection, request) for request in _requests(buffers[connection])]
+        if waiting:
+            replies = answer_all([request for _, request in waiting], folder, sets)
+            for (connection, _), reply in zip(waiting, replies, strict=True):
+                encoded = reply.encode()
+                connection.sendall(FRAME.pack(len(encoded)) + encoded)
+
+
+def _requests(buffer: bytearray) -> list[bytes]:
+    """The whole requests at the front of a connection's buffer, taken out of it."""
+    found = []
+    while len(buffer) >= FRAME.size and len(buffer) >= FRAME.size + FRAME.unpack_from(buffer)[0]:
+        size = FRAME.unpack_from(buffer)[0]
+        found.append(bytes(buffer[FRAME.size:FRAME.size + size]))
+        del buffer[:FRAME.size + size]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Python filter workers of a Real-time Mode query (started by "
+                                                 "the stream job; not run by hand).")
+    parser.add_argument("--socket", required=True, help="Unix socket to listen on")
+    serve(parser.parse_args(argv).socket)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,446 @@
+"""The lanes of one stream job, started together and watched until the job stops.
+
+* delivery: micro-batches (``skyfilter/delivery/micro_batches.py``), or Real-time Mode
+  for the brokers it can serve (``skyfilter/delivery/realtime.py``) with micro-batches
+  beside it for the others;
+* archive: its own queries, checkpoints and slower triggers: the input topic to
+  ``alerts`` (``skyfilter/archive/alerts_lane.py``), the delivery log to ``matches``,
+  ``metrics`` and ``broker_visits`` (``skyfilter/archive/log_lane.py``).
+
+Each lane's jobs run in their own FAIR scheduler pool (``conf/fairscheduler.xml``),
+and the archive's queries run in a bounded number of tasks (``archive.tasks``),
+so a delivery batch always finds its task slots free (``skyfilter/plan/slots.py``).  The lanes
+share one plan (filters, brokers, schemas) through a cell that reload, quarantine and new
+input schema versions swap new plans into.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from skyfilter.archive.alerts_lane import ArchiveLane
+from skyfilter.archive.log_lane import ArchiveLogLane
+from skyfilter.archive.process import ArchiveProcess
+from skyfilter.core.config import Config
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.kafka_clients import spark_sink_options, spark_source_options
+from skyfilter.core.processes import write_whole
+from skyfilter.core.status import status_file
+from skyfilter.core.topics import ensure_topics, topic_partitions
+from skyfilter.delivery.caps import VisitCaps
+from skyfilter.delivery.micro_batches import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
+from skyfilter.delivery.realtime import RealtimeLane, realtime_refusal, split_line
+from skyfilter.lanes.delivery_log import SummaryWriter, delivered_so_far
+from skyfilter.lanes.kafka_watch import InputArrivals, KafkaWatch
+from skyfilter.lanes.lane import LaneServices
+from skyfilter.lanes.lane_failures import failure_line, is_spark_55271
+from skyfilter.lanes.monitoring import StreamMonitor
+from skyfilter.lanes.totals import StreamTotals
+from skyfilter.plan.quarantine import Quarantine
+from skyfilter.plan.reload import PlanReloader
+from skyfilter.plan.slots import Slots, check_realtime_slots, delivery_tasks, local_cores
+from skyfilter.plan.stream_plan import PlanCell, StreamPlan
+from skyfilter.plan.triggers import REALTIME, Triggers, trigger_keywords
+
+STOP_BETWEEN_BATCHES_S = 20.0  # how long a stop waits for the micro-batches under way to finish
+INPUT_CHECK_SECONDS = 2.0  # how often the main loop looks for new input schema versions for Real-time Mode
+
+
+class StreamJob:
+    """Starts the lanes of a stream, keeps its status file current, and stops them."""
+
+    def __init__(self, spark: SparkSession, cfg: Config, plan: StreamPlan, triggers: Triggers, lanes: set[str],
+                 slots: Slots, log=print):
+        self.spark = spark
+        self.cfg = cfg
+        self.plan = plan  # as the job started: its name, topic, tables and checkpoints never change
+        self.cell = PlanCell(plan)  # the plan in force: reload, quarantine and new input schemas swap it
+        self.triggers = triggers
+        self.lanes = lanes
+        self.slots = slots
+        self.log = log
+        self.totals = StreamTotals()
+        self.monitor = StreamMonitor(cfg, plan.name, plan.topic, log)
+        self.services = LaneServices(spark, self.cell, spark_sink_options(cfg), self.monitor, self.totals, log)
+        self.queries: dict[str, StreamingQuery] = {}
+        self.realtime: RealtimeLane | None = None
+        self.summaries: SummaryWriter | None = None
+        self.reloader: PlanReloader | None = None
+        self.archive: ArchiveLane | None = None
+        self.archive_log: ArchiveLogLane | None = None
+        self.archive_process: ArchiveProcess | None = None
+        self.delivery: DeliveryLane | None = None
+        self.triggered: dict[str, str] = {}  # micro-batch lane -> the trigger its query was started with
+        self.recovered: set[str] = set()
+        self.inputs_checked_at = time.monotonic()
+        self.stop_signal: dict = {"signal": None}  # set by SIGTERM/SIGINT (see catch_stop_signals)
+        self.previous_handlers: dict = {}
+
+    # ----------------------------------------------------------------- start
+    def catch_stop_signals(self) -> dict:
+        """From now on SIGTERM/SIGINT ask for a clean stop (noted in ``stop_signal``, acted on by :meth:`wait`),
+        also while the lanes start; the handlers they replace (none outside the main thread)."""
+        if not self.previous_handlers and threading.current_thread() is threading.main_thread():
+            def on_signal(signum, _frame):
+                self.stop_signal["signal"] = signum
+
+            self.previous_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        return self.previous_handlers
+
+    def start(self) -> None:
+        """Start every lane asked for; the delivery lanes after the archive's tables exist."""
+        self.catch_stop_signals()
+        self._ensure_input_topic()
+        self.summaries = SummaryWriter(self.cfg, self.plan.delivery_log_topic)
+        if "archive" in self.lanes:
+            self.archive = ArchiveLane(self.services, self.triggers.archive, self.summaries)
+            self.archive_log = ArchiveLogLane(self.services, self.triggers.archive_log)
+            self.archive.prepare()
+        if "delivery" in self.lanes:
+            self._start_delivery()
+        if self.archive is not None and not self.triggers.available_now:
+            self._start_archive(self.triggers.archive, self.triggers.archive_log)
+        if self.realtime is not None and not self.realtime.wait_until_reading():
+            self.log("realtime: the Real-time Mode tasks had not started 120 s after the query did")
+        if self.monitor.url:
+            self.log(f"metrics at {self.monitor.url}")
+
+    def watch_archive_process(self, process: ArchiveProcess) -> None:
+        """The archive lane runs in ``process``: its lag is measured here too, it is restarted if it dies, and it
+        is stopped (and drains) after delivery stops."""
+        self.archive_process = process
+        self._watch_archive(f"{self.triggers.archive} (process {process.pid})", self.triggers.archive_log)
+
+    def _watch_archive(self, trigger: str, log_trigger: str) -> None:
+        """Measure the lag of the archive's two queries (the input topic, the delivery log)."""
+        self.monitor.add_lane("archive", self.plan.lane_checkpoint("archive"), trigger)
+        self.monitor.add_lane("archive-log", self.plan.lane_checkpoint("archive-log"), log_trigger,
+                              self.plan.delivery_log_topic)
+
+    def _start_delivery(self) -> None:
+        cfg = self.cfg
+        self.spark.conf.set(*V1_SOURCES_WITHOUT_KAFKA)
+        quarantine = Quarantine(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"), self.log)
+        plan = self.cell.current  # without the filters an earlier run quarantined
+        if cfg.stream.hot_reload:
+            self.reloader = PlanReloader(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"),
+                                         cfg.path("stream.brokers"), self.log, quarantine.held_off)
+        realtime = self.triggers.delivery == REALTIME
+        local_master = local_cores(self.spark.sparkContext.master) is not None
+        if realtime:
+            self._check_slots()
+            self.log(split_line(plan, local_master))
+            self.realtime = RealtimeLane(self.services, self._source("realtime"), self.triggers.realtime_interval,
+                                         self.summaries, quarantine, local_master)
+            self.monitor.add_lane("realtime", plan.lane_checkpoint("realtime"),
+                                  f"realtime {self.triggers.realtime_interval}")
+            with _pool(self.spark, "realtime"):
+                self.realtime.warm_up()
+                self.realtime.pass_first_boundary()
+                self.queries["realtime"] = self.realtime.start()
+        needs_batches = not realtime or any(realtime_refusal(b, plan, local_master)
+                                            for b in plan.brokers if b.enabled_filters)
+        if not needs_batches:
+            return
+        caps = VisitCaps()
+        caps.restore(delivered_so_far(self.spark, cfg, plan.delivery_log_topic, "delivery",
+                                      plan.lane_checkpoint("delivery")))
+        label = "0s" if realtime else self.triggers.delivery
+        self.delivery = DeliveryLane(
+            self.services, label, self.summaries, caps,
+            serves=(lambda broker, now: realtime_refusal(broker, now, local_master) is not None) if realtime else
+            (lambda broker, now: True),
+            dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader,
+            tasks=delivery_tasks(cfg, int(self.spark.sparkContext.defaultParallelism), self.slots))
+        self.delivery.warm_up()
+        self.monitor.add_lane("delivery", plan.lane_checkpoint("delivery"), label)
+        self._start_batches("delivery", label)
+
+    def _start_archive(self, trigger: str, log_trigger: str) -> list[StreamingQuery]:
+        """Start the archive lane's two queries: the input topic to ``alerts``, the delivery log to the rest."""
+        self._watch_archive(trigger, log_trigger)
+        return [self._start_batches("archive", trigger), self._start_batches("archive-log", log_trigger)]
+
+    def _lane_function(self, lane: str):
+        """(foreachBatch function, topics, bound on offsets per batch, tasks per batch) of a micro-batch query."""
+        if lane == "delivery":
+            return self.delivery, None, int(self.cfg.stream.max_offsets_per_trigger), self.delivery.tasks
+        bound = int(self.cfg.archive.max_offsets_per_trigger)
+        if lane == "archive":
+            return self.archive, self.archive.topics, bound, max(self.slots.archive, 1)
+        return self.archive_log, self.archive_log.topics, bound, 1
+
+    def _start_batches(self, lane: str, trigger: str) -> StreamingQuery:
+        """Start (or restart) the micro-batch query of the delivery lane or of one of the archive's queries.
+
+        Each batch runs in at most the lane's number of tasks: the input has one
+        partition per Kafka partition, and a task per partition would cost each
+        small batch one task start per partition and let the archive take every slot.
+        """
+        batch_function, topics, bound, tasks = self._lane_function(lane)
+        source = self._source(lane, topics).option("maxOffsetsPerTrigger", bound).load().coalesce(tasks)
+        with _pool(self.spark, "archive" if lane == "archive-log" else lane):
+            query = (source.writeStream.queryName(f"skyfilter_{lane}_{self.plan.name}").foreachBatch(batch_function)
+                     .option("checkpointLocation", str(self.plan.lane_checkpoint(lane)))
+                     .trigger(**trigger_keywords(trigger)).start())
+        self.queries[lane] = query
+        self.triggered[lane] = trigger
+        return query
+
+    def _recover(self, lane: str, exc: BaseException) -> StreamingQuery | None:
+        """Restart a query that stopped for a reason it can resume from; else None.
+
+        The Real-time query stops on an input schema version it did not know
+        (:meth:`RealtimeLane.recover_new_schema`).  A micro-batch lane may hit Spark's
+        Kafka progress bug: after a crash, the batch that was planned but not
+        committed runs again from the checkpoint; it completes and commits, then the
+        Kafka source fails reporting its progress (SPARK-55271: its latest offsets
+        were never fetched in this run).  Restarting resumes after that committed batch.
+        """
+        if lane == REALTIME and self.realtime is not None:
+            query = self.realtime.recover_new_schema(exc)
+            if query is not None:
+                self.queries[REALTIME] = query
+            return query
+        if lane in self.recovered or lane not in self.triggered or not is_spark_55271(exc):
+            return None
+        self.recovered.add(lane)
+        self.log(f"{lane} lane: Spark failed reporting the progress of the batch recovered from its "
+                 f"checkpoint (SPARK-55271); that batch is committed, so the lane restarts after it")
+        return self._start_batches(lane, self.triggered[lane])
+
+    def _source(self, lane: str, topics: list[str] | None = None):
+        """A Kafka source of the lane: its topics, from the configured starting offsets."""
+        options = spark_source_options(self.cfg)
+        if lane == REALTIME:  # long-polling: a fetch returns as soon as data comes, and costs nothing while idle
+            options["kafka.fetch.max.wait.ms"] = str(self.cfg.stream.realtime.fetch_max_wait_ms)
+        reader = (self.spark.readStream.format("kafka").options(**options)
+                  .option("subscribe", ",".join(topics or [self.plan.topic]))
+                  .option("startingOffsets", self.cfg.stream.starting_offsets))
+        return reader.load() if lane == REALTIME else reader
+
+    def _ensure_input_topic(self) -> None:
+        """Create the input topic if its schema was registered before it was created (Spark's Kafka source fails
+        on a topic that does not exist yet)."""
+        if not topic_partitions(self.cfg, self.plan.topic):
+            ensure_topics(self.cfg, {self.plan.topic: self.cfg.topics.alerts_partitions})
+
+    def _check_slots(self) -> None:
+        partitions = topic_partitions(self.cfg, self.plan.topic)
+        check_realtime_slots(int(self.spark.sparkContext.defaultParallelism),
+                             dataclasses.replace(self.slots, realtime=partitions), self.plan.topic)
+
+    # ----------------------------------------------------------------- run
+    def run_available_now(self) -> None:
+        """Process what the topic holds now: delivery first, then the archive of it all."""
+        if "delivery" in self.queries:
+            self._await("delivery", self.queries["delivery"])
+        if self.archive is not None:
+            self._drain_archive()
+
+    def _drain_archive(self) -> None:
+        """Archive what the topic and the delivery log hold now: the alerts first (their figures go to the
+        log), then the log."""
+        self._watch_archive("availableNow", "availableNow")
+        self._await("archive", self._start_batches("archive", "availableNow"))
+        self._await("archive-log", self._start_batches("archive-log", "availableNow"))
+
+    def _await(self, lane: str, query: StreamingQuery) -> None:
+        while True:
+            try:
+                query.awaitTermination()
+                failed = query.exception()
+            except Exception as exc:  # noqa: BLE001 - StreamingQueryException and py4j errors alike
+                failed = exc
+            if failed is None:
+                return
+            query = self._recover(lane, failed)
+            if query is None:
+                raise self.failure(lane, failed)
+
+    def wait(self, idle_s: float | None) -> None:
+        """Block until a lane fails, a signal comes, Kafka is away too long, or every lane has been idle long enough.
+
+        On an idle stop and on SIGTERM/SIGINT the delivery lanes stop first, then the archive catches up with
+        everything they delivered before the job ends, so a clean stop leaves a complete archive.
+        """
+        status = status_file(self.cfg, self.plan.name, archive_only=self.lanes == {"archive"})
+        status.parent.mkdir(parents=True, exist_ok=True)
+        context = self.spark.sparkContext
+        about = {"pid": os.getpid(), "topic": self.plan.topic, "started_at": time.time(), "status": "running",
+                 "trigger": self.triggers.delivery, "checkpoint": str(self.plan.checkpoint),
+                 "master": context.master, "application_id": context.applicationId, "metrics_url": self.monitor.url,
+                 "query_ids": {lane: str(q.id) for lane, q in self.queries.items()},
+                 "archive_pid": self.archive_process.pid if self.archive_process else None}
+        stop = self.stop_signal
+        previous = self.catch_stop_signals()
+        started = time.time()
+        watch = KafkaWatch(self.cfg, self.log).start()
+        arrivals = InputArrivals(self.cfg, self.plan.topic) if self.realtime is not None and idle_s else None
+        drain = False
+        try:
+            while self.queries:
+                self.monitor.tick()
+                write_whole(status, json.dumps(about | self.monitor.snapshot | {"totals": self.totals.as_dict()},
+                                               default=str))
+                if not self._poll(0.5):
+                    break
+                self._reload_realtime()
+                if self.archive_process is not None:
+                    self.archive_process.check()
+                outage = watch.over_limit()
+                if outage is not None:
+                    raise outage
+                if stop["signal"] is not None:
+                    self.log(f"stopping on signal {signal.Signals(stop['signal']).name}" + (
+                        ": the archive catches up with what was delivered (the same signal again stops at once)"
+                        if self.archive is not None or self.archive_process is not None else ""))
+                    drain = True
+                    break
+                if idle_s is not None and self._idle() and watch.down_since is None \
+                        and time.time() - max(started, self.totals.last_input_at, watch.back_at,
+                                              arrivals.last_growth() if arrivals else 0.0) > idle_s:
+                    self.log(f"no new alerts for {idle_s:.0f} s: stopping")
+                    drain = True
+                    break
+        finally:
+            watch.stop()
+            if arrivals is not None:
+                arrivals.close()
+            self._second_signal_stops_at_once()
+            try:
+                self.stop()
+                if self.archive_process is not None:
+                    self.archive_process.stop(self.cfg.archive.stop_timeout_s)
+                status.unlink(missing_ok=True)
+                if drain and self.archive is not None:
+                    self._drain_archive()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+                self.previous_handlers = {}
+
+    def _second_signal_stops_at_once(self) -> None:
+        """While the lanes stop and the archive catches up, another SIGTERM/SIGINT ends the process at once.
+
+        An archive-only job (``--lane archive``, as a job's archive process) ignores a second SIGTERM: under
+        systemd's default ``KillMode=control-group`` it gets the operator's SIGTERM and then its parent's, and
+        must still finish its catch-up (its parent gives it ``archive.stop_timeout_s``); SIGINT still ends it.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def at_once(signum, _frame):
+            print(f"second {signal.Signals(signum).name}: stopping at once; the next start resumes from the "
+                  f"checkpoints", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
+
+        signal.signal(signal.SIGINT, at_once)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if self.lanes == {"archive"} else at_once)
+
+    def _poll(self, seconds: float) -> bool:
+        """Wait on every query for a while; False once one stopped without an error (someone stopped it).
+
+        A failed query is restarted when it hit SPARK-55271 (see :meth:`_recover`), else its error is raised.
+        """
+        for lane, query in list(self.queries.items()):
+            try:
+                query.awaitTermination(seconds / len(self.queries))
+                failed = None if query.isActive else query.exception()
+            except Exception as exc:  # noqa: BLE001 - StreamingQueryException and py4j errors alike
+                failed = exc
+            if failed is not None and self._recover(lane, failed) is None:
+                raise self.failure(lane, failed)
+            if failed is None and not query.isActive:
+                return False
+        return True
+
+    def _reload_realtime(self) -> None:
+        """Hot reload and new input schema versions for Real-time Mode: between its batches the micro-batch lane
+        looks for them; here the main loop does (the query restarts to take them)."""
+        if self.realtime is None:
+            return
+        self.realtime.review_filter_errors()
+        if self.reloader is not None and self.reloader.check():
+            self.realtime.restart_at_checkpoint = False  # an edit is taken at once
+        if time.monotonic() - self.inputs_checked_at > INPUT_CHECK_SECONDS:
+            self.inputs_checked_at = time.monotonic()
+            self.realtime.refresh_inputs()
+        if self.realtime.restart_if_changed():
+            self.queries["realtime"] = self.realtime.query
+
+    def _idle(self) -> bool:
+        """No micro-batch query has data waiting or a trigger under way (a Real-time query always runs one)."""
+        for lane, query in self.queries.items():
+            if lane == REALTIME:
+                continue
+            state = query.status
+            if state.get("isDataAvailable", False) or state.get("isTriggerActive", False):
+                return False
+        return True
+
+    def stop(self) -> None:
+        """Stop every query: the delivery lanes first, then the archive.
+
+        A micro-batch query is stopped between two batches: the batch under way
+        finishes and commits, and no next one is planned, so the next start has
+        nothing to recover and no task is interrupted while it writes.
+        """
+        if self.realtime is not None:
+            self.realtime.close()
+            self.realtime.stop()
+        deadline = time.monotonic() + STOP_BETWEEN_BATCHES_S
+        for lane in ("realtime", "delivery", "archive", "archive-log"):
+            query = self.queries.pop(lane, None)
+            if query is not None and query.isActive:
+                if lane != REALTIME and not _between_batches(query, deadline):
+                    self.log(f"{lane} lane: its batch was still running {STOP_BETWEEN_BATCHES_S:.0f} s after the "
+                             f"stop began: stopped in it (the next start runs it again)")
+                query.stop()
+
+    def close(self) -> None:
+        """Stop the metrics endpoint and the summary producer; give SIGTERM/SIGINT their handlers back."""
+        if self.summaries is not None:
+            self.summaries.close()
+        self.monitor.close()
+        for sig, handler in self.previous_handlers.items():
+            signal.signal(sig, handler)
+        self.previous_handlers = {}
+
+    def failure(self, lane: str, exc: BaseException) -> SkyfilterError:
+        """One line for the user; the whole error goes to a log file next to the status file."""
+        return failure_line(self.plan.name, lane, exc, self.cfg.run_dir / f"filter_stream.{self.plan.name}.error.log")
+
+
+def _between_batches(query: StreamingQuery, deadline: float) -> bool:
+    """Wait until ``query`` is between two batches (its trigger idle), at most until ``deadline``; False if it
+    never was."""
+    while query.isActive and query.status.get("isTriggerActive", False):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+class _pool:
+    """Jobs of a query started inside this block run in the given FAIR scheduler pool."""
+
+    def __init__(self, spark: SparkSession, name: str):
+        self.context = spark.sparkContext
+        self.name = name
+
+    def __enter__(self):
+        self.context.setLocalProperty("spark.scheduler.pool", self.name)
+
+    def __exit__(self, *_):
+        self.context.setLocalProperty("spark.scheduler.pool", None)
+

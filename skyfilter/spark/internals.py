@@ -1,0 +1,550 @@
+"""Every call skyfilter makes into Spark's private API (py4j objects, ``_jdf``, Catalyst plans), in one place.
+
+PySpark's public API covers what a stream does; a few things skyfilter needs
+it does not (a plan analysed once and replayed, the Avro schema ``to_avro``
+writes, a SQL filter's own parse tree...).  Each such call lives here, behind a
+function registered with :func:`internal` and the one line saying why no public
+API serves.  An upgrade that removes or renames what one of them uses makes it
+raise :class:`SparkInternalsError`, naming the function and the reason, and
+``tests/test_spark_internals.py`` runs every registered function on a real
+session, so an upgrade that breaks one fails there first, with that message.
+
+    >>> plan_text = optimized_plan(frame)           # what a test checks: one from_avro
+    >>> names = referenced_columns(frame, "diaSource.snr > 5")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from py4j.protocol import Py4JError, Py4JJavaError
+from pyspark import SparkContext
+from pyspark.sql import DataFrame, Observation, SparkSession
+
+from skyfilter.core.errors import SkyfilterError
+
+INTERNALS: dict[str, str] = {}  # function name -> why no public API serves
+
+
+class SparkInternalsError(SkyfilterError):
+    """Spark no longer has a private API skyfilter relies on (an upgrade changed it)."""
+
+
+def internal(why: str):
+    """Register a function as a user of Spark's private API, with ``why`` no public API serves.
+
+    A missing JVM class (py4j then calls a ``JavaPackage``), method or Python attribute
+    becomes one :class:`SparkInternalsError` line; an exception the JVM threw passes as it is.
+    """
+    def wrap(function):
+        INTERNALS[function.__qualname__] = why
+
+        @functools.wraps(function)
+        def checked(*args, **kwargs):
+            try:
+                return function(*args, **kwargs)
+            except Py4JJavaError:
+                raise
+            except (Py4JError, AttributeError, ImportError, TypeError) as exc:
+                if isinstance(exc, TypeError) and "JavaPackage" not in str(exc):  # a JVM class that is gone
+                    raise
+                from pyspark import __version__
+
+                raise SparkInternalsError(
+                    f"spark_internals.{function.__qualname__}: Spark {__version__} no longer has what it uses "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); it is needed because "
+                    f"{why} (skyfilter/spark/internals.py)") from exc
+        return checked
+    return wrap
+
+
+def _jvm(spark: SparkSession):
+    return spark.sparkContext._jvm
+
+
+# ----------------------------------------------------------------------------------------------- the session
+@internal("PySpark has no public handle on the context the process runs, only on the active session of a thread")
+def active_context() -> SparkContext | None:
+    """The process's running SparkContext, if any (whichever thread started it)."""
+    return SparkContext._active_spark_context
+
+
+@internal("PySpark exposes no pid of the JVM it launched")
+def driver_jvm_pid(spark: SparkSession) -> int | None:
+    """Pid of the local Spark driver JVM (None when PySpark did not launch it)."""
+    process = getattr(spark.sparkContext._gateway, "proc", None)
+    return process.pid if process is not None else None
+
+
+@internal("PySpark has no way to ask whether an Observation has its figures without blocking until it does")
+def observation_ready(observation: Observation) -> bool:
+    """Whether ``observation`` has its figures (its DataFrame ran an action that completed it)."""
+    return observation._jo is not None and observation._jo.future().isCompleted()
+
+
+# ----------------------------------------------------------------------------------------------- Kafka
+@internal("Spark opens its Kafka clients inside tasks; only the driver JVM's own classes can be warmed before them")
+def warm_up_kafka_clients(spark: SparkSession, settings: dict[str, str], output_topics: Sequence[str],
+                          input_topic: str, client_id: str) -> None:
+    """Load the JVM's Kafka producer and consumer classes and fetch the topics' metadata, sending nothing.
+
+    ``settings`` are Kafka client settings (without Spark's ``kafka.`` prefix).
+    A consumer is assigned ``input_topic``'s partitions at their end and polls once:
+    nothing is read and no offset moves.
+    """
+    jvm = _jvm(spark)
+
+    def properties(extra: dict[str, str]):
+        props = jvm.java.util.Properties()
+        for key, value in {**settings, **extra}.items():
+            props.setProperty(key, str(value))
+        return props
+
+    serializer = "org.apache.kafka.common.serialization.ByteArraySerializer"
+    producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(properties(
+        {"key.serializer": serializer, "value.serializer": serializer, "max.block.ms": "5000"}))
+    try:
+        for topic in output_topics:
+            with contextlib.suppress(Py4JJavaError):  # the sink's own write says what is wrong with a topic
+                producer.partitionsFor(topic)
+    finally:
+        producer.close()
+    deserializer = "org.apache.kafka.common.serialization.ByteArrayDeserializer"
+    consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(properties(
+        {"key.deserializer": deserializer, "value.deserializer": deserializer, "enable.auto.commit": "false",
+         "allow.auto.create.topics": "false", "default.api.timeout.ms": "5000", "fetch.max.wait.ms": "10",
+         "client.id": client_id}))
+    try:
+        partitions = jvm.java.util.ArrayList()
+        for info in consumer.partitionsFor(input_topic) or []:
+            partitions.add(jvm.org.apache.kafka.common.TopicPartition(input_topic, info.partition()))
+        consumer.assign(partitions)
+        consumer.seekToEnd(partitions)
+        consumer.poll(jvm.java.time.Duration.ofMillis(100))
+    except Py4JJavaError:
+        pass  # the source's own read says what is wrong with the topic
+    finally:
+        consumer.close()
+
+
+# ----------------------------------------------------------------------------------------------- caps
+@internal("Real-time Mode has no stateful operator: the caps' ledger is skyfilter's own JVM class, reached by py4j")
+def register_visit_cap(spark: SparkSession) -> None:
+    """Register the visit cap SQL function in ``spark`` (its ledgers are opened apart)."""
+    _jvm(spark).skyfilter.VisitCapLedger.register(spark._jsparkSession)
+
+
+@internal("Real-time Mode has no stateful operator: the caps' ledger is skyfilter's own JVM class, reached by py4j")
+def open_visit_caps(spark: SparkSession, ledger: str, path: str, keep_hours: float) -> int:
+    """Open the stream's ledger, kept in the file ``path`` (admissions younger than ``keep_hours``); the number of
+    admissions read back from the file."""
+    return _jvm(spark).skyfilter.VisitCapLedger.open(ledger, path, float(keep_hours))
+
+
+@internal("Real-time Mode has no stateful operator: the caps' ledger is skyfilter's own JVM class, reached by py4j")
+def visit_cap_counts(spark: SparkSession, ledger: str) -> list[tuple[str, int | None, str, int, int]]:
+    """(night, visit, broker, matched, admitted) of the ledger's capped brokers since the last call."""
+    counts = []
+    for line in _jvm(spark).skyfilter.VisitCapLedger.drainCounts(ledger).splitlines():
+        night, visit, broker, matched, admitted = line.split("\t")
+        counts.append((night, int(visit) if visit else None, broker, int(matched), int(admitted)))
+    return counts
+
+
+@internal("Real-time Mode has no stateful operator: the caps' ledger is skyfilter's own JVM class, reached by py4j")
+def close_visit_caps(spark: SparkSession, ledger: str) -> None:
+    """Close the stream's ledger (its file stays, for the next start)."""
+    _jvm(spark).skyfilter.VisitCapLedger.close(ledger)
+
+
+@internal("Real-time Mode reads a pandas UDF's answers only at its checkpoint: its Python filters are called by "
+          "skyfilter's own JVM function, registered through py4j")
+def register_python_filter_call(spark: SparkSession) -> None:
+    """Register the SQL function that calls a stream's Python filter workers alert by alert."""
+    _jvm(spark).skyfilter.PythonFilterCall.register(spark._jsparkSession)
+
+
+@internal("spark-submit's JVM exits at once on SIGTERM, taking the Python job with it; Spark offers no hook to "
+          "pass a signal on, so skyfilter's own JVM class does")
+def pass_stop_signals_to(spark: SparkSession, pid: int) -> str:
+    """Have the driver JVM pass SIGTERM/SIGINT on to Python process ``pid`` (a second one ends both at once);
+    returns the signals it now handles ("" when none)."""
+    return str(_jvm(spark).skyfilter.StopSignals.install(pid))
+
+
+@internal("PySpark converts Spark types to Arrow for its UDFs but does not expose the conversion publicly")
+def arrow_schema_of(schema) -> bytes:
+    """The Arrow schema (serialized) of a Spark struct type, as PySpark hands its columns to a pandas UDF."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return pa.schema([pa.field(f.name, to_arrow_type(f.dataType), f.nullable) for f in schema.fields]) \
+        .serialize().to_pybytes()
+
+
+# ----------------------------------------------------------------------------------------------- Avro
+@internal("PySpark can write Avro with to_avro but cannot show the schema it writes for a Spark type")
+def avro_schema_of(spark: SparkSession, struct_json: str, record: str, namespace: str) -> dict:
+    """The Avro record schema ``to_avro`` writes for a Spark struct type (given as its JSON)."""
+    data_type = spark._jsparkSession.parseDataType(struct_json)
+    avro = _jvm(spark).org.apache.spark.sql.avro.SchemaConverters.toAvroType(data_type, False, record, namespace)
+    return json.loads(avro.toString())
+
+
+# ----------------------------------------------------------------------------------------------- SQL filters
+@dataclass(frozen=True)
+class SqlTree:
+    """A node of Spark's parse tree of a SQL filter, as plain data (what the filter checks read of it)."""
+
+    kind: str                           # Catalyst's node name: Project, Filter, Alias, UnresolvedStar...
+    sql: str = ""                       # Spark's own rendering of the node
+    start: int | None = None            # its first and last character in the filter's text
+    stop: int | None = None
+    name: str | None = None             # an Alias's name
+    children: tuple[SqlTree, ...] = ()  # plan nodes: their children; an Alias: what it names
+    condition: SqlTree | None = None    # a Filter's condition
+    items: tuple[SqlTree, ...] = ()     # a Project's list
+
+
+def _sql_tree(node, depth: int, expression: bool) -> SqlTree:
+    """``node`` (a plan node, or an ``expression``) as a :class:`SqlTree`, its children ``depth`` levels down."""
+    kind = node.nodeName()
+    origin = node.origin()
+    start, stop = origin.startIndex(), origin.stopIndex()
+    sql = ""
+    if expression:
+        with contextlib.suppress(Py4JJavaError):  # an unresolved node Spark cannot render
+            sql = node.sql()
+    children = ()
+    if depth > 0:
+        nodes = node.children()
+        children = tuple(_sql_tree(nodes.apply(i), depth - 1, expression) for i in range(nodes.size()))
+    condition = _sql_tree(node.condition(), 1, True) if kind == "Filter" and not expression else None
+    items = ()
+    if kind == "Project" and not expression:
+        listed = node.projectList()
+        items = tuple(_sql_tree(listed.apply(i), 1, True) for i in range(listed.size()))
+    return SqlTree(kind, sql, start.get() if start.isDefined() else None, stop.get() if stop.isDefined() else None,
+                   node.name() if kind == "Alias" else None, children, condition, items)
+
+
+@internal("PySpark parses SQL only to run it; a filter's checks need its parse tree before anything runs")
+def parse_sql_expression(spark: SparkSession, text: str) -> SqlTree:
+    """Spark's parse of ``text`` as one expression (raises pyspark's ParseException)."""
+    return _sql_tree(spark._jsparkSession.sessionState().sqlParser().parseExpression(text), 0, True)
+
+
+@internal("PySpark parses SQL only to run it; a filter's checks need its parse tree before anything runs")
+def parse_sql_statement(spark: SparkSession, text: str) -> SqlTree:
+    """Spark's parse of ``text`` as one statement, two plan levels deep (raises pyspark's ParseException)."""
+    return _sql_tree(spark._jsparkSession.sessionState().sqlParser().parsePlan(text), 1, False)
+
+
+@internal("PySpark parses SQL only to run it; a filter's checks need its parse tree before anything runs")
+def unresolved_column_names(spark: SparkSession, text: str) -> list[str]:
+    """The dotted column names a SQL expression names, in order, before analysis."""
+    nodes = json.loads(spark._jsparkSession.sessionState().sqlParser().parseExpression(text).toJSON())
+    return [node["nameParts"].strip("[]").replace(", ", ".") for node in nodes
+            if node["class"].endswith("UnresolvedAttribute")]
+
+
+@internal("DataFrame.explain prints text; a filter's checks need the analysed plan's nodes and expressions")
+def analyzed_plan_nodes(frame: DataFrame) -> list[dict]:
+    """The analysed plan of ``frame`` as Spark's JSON node list (pre-order, ``num-children`` per node)."""
+    return json.loads(frame._jdf.queryExecution().analyzed().toJSON())
+
+
+@internal("DataFrame.explain prints text; a filter's checks need to know which expressions are deterministic")
+def nondeterministic_expressions(frame: DataFrame, depth: int) -> list[str]:
+    """The SQL of every non-deterministic expression of the top ``depth`` nodes of ``frame``'s analysed plan
+    (down its first children)."""
+    node, found = frame._jdf.queryExecution().analyzed(), []
+    for _ in range(depth):
+        expressions = node.expressions()
+        found += [expressions.apply(i).sql() for i in range(expressions.size())
+                  if not expressions.apply(i).deterministic()]
+        if node.children().size() != 1:
+            break
+        node = node.children().apply(0)
+    return found
+
+
+@internal("PySpark has no public way to list the columns an expression reads")
+def referenced_columns(frame: DataFrame, condition: str) -> set[str]:
+    """The top-level columns of ``frame`` that the SQL ``condition`` reads."""
+    from pyspark.sql import functions as F
+
+    references = frame.select(F.expr(condition))._jdf.queryExecution().analyzed().references().iterator()
+    names = set()
+    while references.hasNext():
+        names.add(references.next().name())
+    return names
+
+
+# ----------------------------------------------------------------------------------------------- plans
+@internal("DataFrame.explain prints to the console; tests and checks need the optimised plan as text")
+def optimized_plan(frame: DataFrame) -> str:
+    """The optimised logical plan of ``frame``, as Spark prints it."""
+    return frame._jdf.queryExecution().optimizedPlan().toString()
+
+
+@internal("DataFrame.explain prints to the console; tests and checks need the physical plan as text")
+def executed_plan(frame: DataFrame) -> str:
+    """The physical plan of ``frame``, as Spark prints it."""
+    return frame._jdf.queryExecution().executedPlan().toString()
+
+
+@internal("an observe node's input columns show only in the optimised plan's tree, which PySpark does not expose")
+def observed_columns(frame: DataFrame) -> list[str]:
+    """The names of the columns the first ``observe`` of ``frame``'s optimised plan is given."""
+    pending = [frame._jdf.queryExecution().optimizedPlan()]
+    while pending:
+        node = pending.pop(0)
+        if node.nodeName() == "CollectMetrics":
+            output = node.child().output()
+            return [output.apply(i).name() for i in range(output.size())]
+        children = node.children()
+        pending += [children.apply(i) for i in range(children.size())]
+    return []
+
+
+@internal("Spark counts its generated classes in a metrics source PySpark does not expose")
+def compiled_classes(spark: SparkSession) -> int:
+    """How many classes Spark's code generator has compiled in this JVM."""
+    return _jvm(spark).org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount()
+
+
+@internal("PySpark's status tracker gives job ids and stages but not the job descriptions that name their query")
+def job_descriptions(spark: SparkSession) -> list[str]:
+    """The description of every job this Spark application ran (a streaming query's name its batch jobs)."""
+    iterator = spark.sparkContext._jsc.sc().statusStore().jobsList(None).iterator()
+    found = []
+    while iterator.hasNext():
+        job = iterator.next()
+        found.append(job.description().get() if job.description().isDefined() else "")
+    return found
+
+
+@internal("the checkpoint file manager a stream writes with is chosen inside Spark; no public API opens one")
+def write_checkpoint_files(spark: SparkSession, folder: str, names: Sequence[str], content: bytes) -> None:
+    """Write one file per name in ``folder`` through the checkpoint file manager Spark's streams use."""
+    jvm = _jvm(spark)
+    path = jvm.org.apache.hadoop.fs.Path
+    manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
+        path(folder), spark._jsparkSession.sessionState().newHadoopConf())
+    for name in names:
+        out = manager.createAtomic(path(f"{folder.rstrip('/')}/{name}"), False)
+        out.write(bytearray(content))
+        out.close()
+
+
+# ----------------------------------------------------------------------------------------------- JVM steps
+@internal("PySpark converts each Column list to a JVM sequence again at every call: the steps keep theirs")
+def jvm_steps(spark: SparkSession, steps: Sequence[tuple[str, tuple[Any, ...]]]) -> list[tuple[str, tuple]]:
+    """Each step's method and its arguments as JVM objects, built once (see
+    :class:`skyfilter.spark.steps.JvmSteps`)."""
+    from pyspark.sql.classic.column import _to_java_column, _to_seq
+
+    context = spark.sparkContext
+    calls: list[tuple[str, tuple]] = []
+    for method, arguments in steps:
+        if method == "withColumns":
+            if arguments[0]:
+                calls.append((method, (_to_seq(context, list(arguments[0])),
+                                       _to_seq(context, list(arguments[0].values()), _to_java_column))))
+        elif method == "select":
+            calls.append((method, (_to_seq(context, list(arguments), _to_java_column),)))
+        elif method == "drop":
+            calls.append((method, (_to_seq(context, list(arguments)),)))
+        elif method == "observe":
+            first, *rest = arguments
+            calls.append((method, (first._jc, _to_seq(context, [c._jc for c in rest]))))
+        else:
+            raise ValueError(f"unknown step {method}")
+    return calls
+
+
+@internal("PySpark converts each Column list to a JVM sequence again at every call: the steps keep theirs")
+def apply_jvm_steps(frame: DataFrame, calls: list[tuple[str, tuple]], observation: Observation | None = None
+                    ) -> DataFrame:
+    """``frame`` with :func:`jvm_steps`' calls applied in order; an ``observe`` call fills ``observation``."""
+    from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
+
+    jdf = frame._jdf
+    for method, arguments in calls:
+        if method == "observe":  # what Observation._on does, with the figures' sequence built once
+            jvm = frame.sparkSession.sparkContext._jvm
+            observation._jvm = jvm
+            observation._jo = getattr(jvm, "org.apache.spark.sql.Observation")(observation._name)
+            jdf = jdf.observe(observation._jo, *arguments)
+        else:
+            jdf = getattr(jdf, method)(*arguments)
+    return ClassicFrame(jdf, frame.sparkSession)
+
+
+# ----------------------------------------------------------------------------------------------- quiet stops
+@contextlib.contextmanager
+def logs_off(spark: SparkSession, level_after: str) -> Iterator[None]:
+    """Spark's root logger off inside the block (public ``setLogLevel``), then ``level_after``."""
+    spark.sparkContext.setLogLevel("OFF")
+    try:
+        yield
+    finally:
+        spark.sparkContext.setLogLevel(level_after)
+
+
+# ----------------------------------------------------------------------------------------------- a plan analysed once
+WHY_TEMPLATE = ("Spark analyses every DataFrame operation again; replaying an analysed plan on a new batch's rows "
+                "(0.2-0.9 s of driver time per delivery batch saved) needs Catalyst's plan classes")
+
+# Only three things change from one delivery batch to the next: its rows (the plan's leaf) and two literals (its
+# id, the caps' memory). PlanTemplate keeps one batch's analysed plan, rebuilds its one-child spine on the next
+# batch's leaf with that batch's literals, and hands Spark a plan already marked analysed (Spark still optimises
+# and plans it). A plan that is not a single chain, or a leaf of another shape, makes of() or apply() say no, and
+# the caller builds the batch as usual.
+
+
+@dataclass
+class _Site:
+    """A literal the batch sets: below the alias ``name`` at ``position`` in the projection of spine node ``node``.
+
+    ``chain`` holds the expressions from the alias down to the literal's parent, ``data_type`` the literal's type.
+    """
+
+    node: int
+    position: int
+    name: str
+    chain: list
+    data_type: object
+
+
+class PlanTemplate:
+    """The analysed plan of one batch's DataFrame, replayed over other batches' rows (see the module)."""
+
+    def __init__(self, spark: SparkSession, spine: list, leaf, sites: list[_Site], metrics: tuple[str, int] | None):
+        jvm = spark.sparkContext._jvm
+        self.spine = spine  # root first, down to the leaf's parent
+        self.leaf_schema = leaf.schema().json()
+        self.leaf_output = leaf.output()
+        self.leaf_ids = self.leaf_output.toString()
+        self.sites = sites
+        self.metrics = metrics  # (name, dataframe id) of the plan's observe, if any
+        self._renaming: tuple[str, object] | None = None  # (leaf ids, their aliases) of the last renamed leaf
+        self._jvm = jvm
+        self._option = jvm.scala.Option
+        self._to_seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
+        self._project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project
+        self._literal = jvm.org.apache.spark.sql.catalyst.expressions.Literal
+        self._dataset = getattr(jvm, "org.apache.spark.sql.classic.Dataset")
+
+    @classmethod
+    @internal(WHY_TEMPLATE)
+    def of(cls, frame: DataFrame, leaf: DataFrame, literals: tuple[str, ...]) -> PlanTemplate | None:
+        """The template of ``frame``, built on the rows of ``leaf``; ``literals`` name the aliases of per-batch
+        string literals.  None when the plan is not a chain of one-child operators ending at ``leaf``'s plan."""
+        root = frame._jdf.queryExecution().analyzed()
+        identity = frame.sparkSession.sparkContext._jvm.System.identityHashCode
+        bottom = identity(leaf._jdf.queryExecution().analyzed())
+        spine, sites, metrics, node = [], [], None, root
+        while identity(node) != bottom:
+            if node.children().size() != 1:
+                return None
+            spine.append(node)
+            name = node.nodeName()
+            if name == "CollectMetrics":
+                if metrics is not None:
+                    return None
+                metrics = (node.name(), node.dataframeId())
+            elif name == "Project":
+                items = node.projectList()
+                for position in range(items.size()):
+                    item = items.apply(position)
+                    if item.nodeName() == "Alias" and item.name() in literals:
+                        site = _literal_site(len(spine) - 1, position, item)
+                        if site is None:
+                            return None
+                        sites.append(site)
+            node = node.children().apply(0)
+        return cls(frame.sparkSession, spine, node, sites, metrics)
+
+    @internal(WHY_TEMPLATE)
+    def apply(self, leaf: DataFrame, values: dict[str, str]) -> tuple[DataFrame, Observation | None] | None:
+        """The template's DataFrame over ``leaf``'s rows with ``values`` in its literals, and the observation
+        that will hold the figures of its observe (None without one); None when ``leaf``'s columns are not
+        the template leaf's."""
+        from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
+
+        rows = leaf._jdf.queryExecution().analyzed()
+        if rows.schema().json() != self.leaf_schema:
+            return None
+        plan = self._bound(rows)
+        by_node: dict[int, list[_Site]] = {}
+        for site in self.sites:
+            by_node.setdefault(site.node, []).append(site)
+        for index in range(len(self.spine) - 1, -1, -1):
+            node = self.spine[index]
+            if index in by_node:
+                items = node.projectList()
+                for site in by_node[index]:
+                    items = items.updated(site.position, self._with_literal(site, values[site.name]))
+                plan = self._project(items, plan)
+            else:
+                plan = node.withNewChildren(self._one(plan))
+        plan.setAnalyzed()
+        session = leaf.sparkSession  # a streaming query's batches run in its own session, with its settings
+        return ClassicFrame(self._dataset.ofRows(session._jsparkSession, plan), session), self._observation(session)
+
+    def _bound(self, leaf):
+        """``leaf`` itself when its columns carry the template leaf's ids, else a projection renaming them so
+        (the renaming is kept for the next leaf with the same ids: a stream's batches all have them)."""
+        ids = leaf.output().toString()
+        if ids == self.leaf_ids:
+            return leaf
+        if self._renaming is None or self._renaming[0] != ids:
+            expressions = self._jvm.org.apache.spark.sql.catalyst.expressions
+            empty, output, aliases = self._to_seq([]), leaf.output(), []
+            for index in range(output.size()):
+                wanted = self.leaf_output.apply(index)
+                aliases.append(expressions.Alias(output.apply(index), wanted.name(), wanted.exprId(), empty,
+                                                 self._option.empty(), empty))
+            self._renaming = ids, self._to_seq(aliases)
+        return self._project(self._renaming[1], leaf)
+
+    def _with_literal(self, site: _Site, value: str):
+        """The site's alias over a new literal holding ``value``."""
+        expression = self._literal.create(value, site.data_type)
+        for parent in reversed(site.chain):
+            expression = parent.withNewChildren(self._one(expression))
+        return expression
+
+    def _observation(self, session: SparkSession) -> Observation | None:
+        """The observation the session completes when the plan's ``observe`` has its figures."""
+        if self.metrics is None:
+            return None
+        name, dataframe_id = self.metrics
+        observation = Observation(name)
+        observation._jvm = self._jvm
+        observation._jo = session._jsparkSession.observationManager().getOrNewObservation(name, dataframe_id)
+        return observation
+
+    def _one(self, item):
+        """A one-element Scala sequence (two JVM calls)."""
+        return self._option.apply(item).toList()
+
+
+def _literal_site(node: int, position: int, alias) -> _Site | None:
+    """The site of the literal below ``alias`` through one-child expressions (an alias of a literal, or of a
+    cast of one); None when there is no such literal."""
+    chain, expression = [], alias
+    while expression.nodeName() != "Literal":
+        children = expression.children()
+        if children.size() != 1:
+            return None
+        chain.append(expression)
+        expression = children.apply(0)
+    return _Site(node, position, alias.name(), chain, expression.dataType())

@@ -1,0 +1,2 @@
+"""The command-line tools of filter authors and operators: filter check and trial, schema registry, watchlists.
+"""
