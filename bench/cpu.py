@@ -1,19 +1,18 @@
 """CPU time per part of a benchmark run: the delivery driver, the archive process, Kafka, the rest.
 
 On two cores the lanes, the producer and Kafka share the machine, so where its
-CPU goes says why a latency target is missed.  Read from ``/proc`` (clock
-ticks of live processes, and the machine's busy time for what exited, such as
+CPU goes says why a latency target is missed.  Read with psutil (the CPU times
+of live processes, and the machine's busy time for what exited, such as
 producer processes).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import psutil
 
-from skyfilter.core.memory import children_by_parent, command_line
+from skyfilter.core.memory import children_by_parent
+from skyfilter.core.processes import command_line
 
-TICKS = os.sysconf("SC_CLK_TCK")
 ARCHIVE_MARK = "--lane"  # the archive child: ``python -m skyfilter.jobs.filter_stream ... --lane archive``
 
 
@@ -61,12 +60,12 @@ def _is_archive(pid: int) -> bool:
 
 def _cpu(pid: int) -> float:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+    return times.user + times.system
 
 
 def _machine() -> float:
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
-    return (user + nice + system + irq + softirq + steal) / TICKS
+    times = psutil.cpu_times()
+    return times.user + times.nice + times.system + times.irq + times.softirq + times.steal

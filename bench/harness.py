@@ -42,13 +42,14 @@ def bench_spark(cfg, app: str, trigger: str = "0", partitions: int = 8):
     """
     from pyspark.sql import SparkSession
 
-    from skyfilter.archive.process import runs_apart
+    from skyfilter.core.lanes import LANE_CHOICES
+    from skyfilter.plan.run_plan import archive_apart
     from skyfilter.plan.slots import configured_master, local_cores, plan_slots
     from skyfilter.spark.internals import active_context
     from skyfilter.spark.session import get_spark
 
     cores = local_cores(configured_master()) or 2
-    archive_here = not runs_apart(cfg, {"delivery", "archive"}, False, True)
+    archive_here = not archive_apart(cfg, LANE_CHOICES["both"], False, True)
     slots = plan_slots(cfg, cores, partitions if trigger == "realtime" else 0, True, archive_here)
     master = f"local[{slots.total}]"
     context = active_context()  # not per thread, unlike the active session

@@ -12,19 +12,16 @@ import shlex
 import sys
 from pathlib import Path
 
+import psutil
+
 from skyfilter.core.versions import versions
 
 
 def machine() -> dict:
     """Cores, memory and versions of the machine a benchmark ran on."""
-    memory_kb = 0
-    meminfo = Path("/proc/meminfo")
-    if meminfo.exists():
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                memory_kb = int(line.split()[1])
     pins = versions()
-    return {"cores": os.cpu_count(), "memory_gib": round(memory_kb / 2**20, 1), "platform": platform.platform(),
+    return {"cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "platform": platform.platform(),
             "python": platform.python_version(), "spark": pins["SPARK_VERSION"], "delta": pins["DELTA_VERSION"],
             "kafka": pins["KAFKA_VERSION"]}
 

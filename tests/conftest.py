@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import fastavro
+import psutil
 import pytest
 from confluent_kafka import DeserializingConsumer
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -178,22 +179,8 @@ def check_topic(messages, expected: dict[str, str], inputs_by_id: dict, full: bo
 
 
 def listening_ports(pid: int) -> set[int]:
-    """TCP ports a process listens on (from /proc: its socket inodes against the kernel's LISTEN table)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # state LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+    """TCP ports a process listens on."""
+    return {c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
 
 
 def kafka_status_ports(output: str) -> dict[int, tuple[int, int]]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import kafka_status_ports, listening_ports
@@ -26,14 +27,10 @@ def skyfilter(*args: str, env: dict | None = None) -> subprocess.CompletedProces
 def kafka_pids(properties_folder: Path) -> list[int]:
     """Pids of JVMs whose command line names a properties file under the folder."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "kafka.Kafka" in cmdline and str(properties_folder) in cmdline:
-                pids.append(int(entry.name))
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if "kafka.Kafka" in cmdline and str(properties_folder) in cmdline:
+            pids.append(process.pid)
     return pids
 
 

@@ -10,15 +10,17 @@ import sys
 import pytest
 
 from conftest import ROOT
-from skyfilter.archive.process import ArchiveProcess, runs_apart
+from skyfilter.archive.process import ArchiveProcess
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.lanes import LANE_CHOICES
 from skyfilter.core.status import status_file, stream_lines, stream_names
 from skyfilter.jobs.filter_stream import archive_arguments, parse_args
 from skyfilter.lanes.totals import StreamTotals
+from skyfilter.plan.run_plan import archive_apart
 from skyfilter.plan.slots import Slots, check_realtime_slots, delivery_tasks, local_cores, plan_slots
 
-BOTH = {"delivery", "archive"}
+BOTH = LANE_CHOICES["both"]
 
 
 @pytest.fixture()
@@ -52,17 +54,17 @@ def test_too_few_slots_for_real_time_mode_is_one_line_naming_the_need():
 
 
 def test_the_archive_runs_apart_only_for_a_long_running_job_of_both_lanes(cfg):
-    assert runs_apart(cfg, BOTH, available_now=False, master_is_local=True)
-    assert not runs_apart(cfg, BOTH, available_now=False, master_is_local=False), "auto: one JVM on a cluster"
-    assert not runs_apart(cfg, BOTH, available_now=True, master_is_local=True), "available-now drains in order"
-    assert not runs_apart(cfg, {"delivery"}, available_now=False, master_is_local=True)
+    assert archive_apart(cfg, BOTH, available_now=False, local_master=True)
+    assert not archive_apart(cfg, BOTH, available_now=False, local_master=False), "auto: one JVM on a cluster"
+    assert not archive_apart(cfg, BOTH, available_now=True, local_master=True), "available-now drains in order"
+    assert not archive_apart(cfg, LANE_CHOICES["delivery"], available_now=False, local_master=True)
     cfg.set("archive.process", "same")
-    assert not runs_apart(cfg, BOTH, available_now=False, master_is_local=True)
+    assert not archive_apart(cfg, BOTH, available_now=False, local_master=True)
     cfg.set("archive.process", "separate")
-    assert runs_apart(cfg, BOTH, available_now=False, master_is_local=False)
+    assert archive_apart(cfg, BOTH, available_now=False, local_master=False)
     cfg.set("archive.process", "apart")
     with pytest.raises(SkyfilterError, match="archive.process is 'apart': use auto, same or separate"):
-        runs_apart(cfg, BOTH, available_now=False, master_is_local=True)
+        archive_apart(cfg, BOTH, available_now=False, local_master=True)
 
 
 def test_the_archive_process_gets_the_same_stream_and_settings_and_no_endpoint(cfg, tmp_path):

@@ -11,10 +11,11 @@ import pyarrow as pa
 import pytest
 
 from skyfilter.core.avro_schemas import only_paths, rubin_schema
+from skyfilter.core.config import Config
 from skyfilter.core.cpu_share import idle_group
 from skyfilter.core.settings import Realtime
-from skyfilter.delivery.realtime import auto_trigger, refusal
 from skyfilter.filtering.filter_workers import answer, answer_all, one_verdict, verdict_marks
+from skyfilter.plan.run_plan import BrokerNeeds, needs_from_files, realtime_refusal, settle_triggers
 
 RAISES = """
 from skyfilter import alert_filter
@@ -123,20 +124,25 @@ def test_verdict_marks_take_a_batch_of_booleans_and_refuse_the_wrong_length_or_k
 
 def test_brokers_go_to_micro_batches_only_when_the_settings_or_the_master_say_so():
     on, off = Realtime("5m", 500, True, True), Realtime("5m", 500, False, False)
-    assert refusal(True, ["fast_riser"], on, local_master=True) is None
-    assert refusal(True, ["fast_riser"], on, local_master=False) == (
+    assert realtime_refusal(BrokerNeeds(True, ("fast_riser",)), on, local_master=True) is None
+    assert realtime_refusal(BrokerNeeds(True, ("fast_riser",)), on, local_master=False) == (
         "a per-visit cap (the visit cap ledger needs a local master); Python filter(s) fast_riser (the filter "
         "workers need a local master)")
-    assert refusal(True, ["f"], off, True) == ("a per-visit cap (stream.realtime.caps is off); Python filter(s) f "
-                                              "(stream.realtime.python_filters is off)")
+    assert realtime_refusal(BrokerNeeds(True, ("f",)), off, True) == (
+        "a per-visit cap (stream.realtime.caps is off); Python filter(s) f (stream.realtime.python_filters is off)")
 
 
 def test_auto_picks_realtime_for_the_repository_filters_and_brokers():
     root = Path(__file__).resolve().parents[1]
-    trigger, why = auto_trigger(root / "filters", root / "conf" / "brokers.yaml", Realtime("5m", 500, True, True))
-    assert trigger == "realtime", why
-    trigger, why = auto_trigger(root / "filters", root / "conf" / "brokers.yaml", Realtime("5m", 500, False, True))
-    assert trigger == "0" and "stream.realtime" in why
+    needs = needs_from_files(root / "filters", root / "conf" / "brokers.yaml")
+    cfg = Config.load()
+    cfg.set("stream.trigger", "auto")
+    triggers, why = settle_triggers(cfg, False, needs, local_master=True)
+    assert triggers.delivery == "realtime", why
+    assert why == "trigger auto -> realtime: Real-time Mode serves every broker (SQL and Python filters, caps)"
+    cfg.set("stream.realtime.python_filters", False)
+    triggers, why = settle_triggers(cfg, False, needs, local_master=True)
+    assert triggers.delivery == "0s" and why.startswith("trigger auto -> 0: broker(s) ") and "stream.realtime" in why
 
 
 def test_the_raw_archives_reader_keeps_only_the_index_fields_and_still_resolves():

@@ -6,12 +6,11 @@ probe that fails shows the function, the Spark version and why skyfilter needs i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
+from skyfilter.core.processes import command_line
 from skyfilter.delivery.caps import VISIT_CAP_FUNCTION
 from skyfilter.spark import internals
 from skyfilter.spark.internals import INTERNALS, PlanTemplate, SparkInternalsError, internal
@@ -27,7 +26,7 @@ def probe_active_context(spark):
 
 def probe_driver_jvm_pid(spark):
     pid = internals.driver_jvm_pid(spark)
-    assert pid is None or b"java" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert pid is None or "java" in " ".join(command_line(pid))
 
 
 def probe_observation_ready(spark):

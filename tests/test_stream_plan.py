@@ -64,7 +64,7 @@ def planned(kafka_cfg, spark, tmp_path_factory):
     schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
     plan = build_plan(spark, kafka_cfg, TOPIC, TOPIC, folder / "filters", folder / "brokers.yaml", schema)
     monitor = StreamMonitor(kafka_cfg.copy(), TOPIC, TOPIC)
-    lane = DeliveryLane(LaneServices(spark, PlanCell(plan), {}, monitor, StreamTotals()), "0s",
+    lane = DeliveryLane(LaneServices(spark, kafka_cfg, PlanCell(plan), {}, monitor, StreamTotals()), "0s",
                         SummaryWriter(kafka_cfg, "unused"), VisitCaps())
     yield {"plan": plan, "lane": lane, "folder": folder}
     monitor.close()
@@ -93,7 +93,7 @@ def test_the_realtime_query_decodes_once_and_observes_no_field_of_the_alert(spar
     """Spark's ``observe`` copies every column it is given into its row format: the decoded alert's fields (thousands
     of nested ones) must be gone before it, the re-encodings already made."""
     lane = RealtimeLane(planned["lane"].services, spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "5 minutes",
-                        SummaryWriter(planned["plan"].cfg, "unused"))
+                        SummaryWriter(planned["lane"].cfg, "unused"))
     try:
         lane.take_plan()
         assert len(lane.brokers()) == 3, "Real-time Mode serves the capped broker with a Python filter too"
@@ -127,7 +127,7 @@ def test_a_watchlist_adds_one_pass_over_positions_and_keeps_one_decode(kafka_cfg
     schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
     plan = build_plan(spark, kafka_cfg, TOPIC, "plan-watch", folder / "filters", folder / "brokers.yaml", schema)
     monitor = StreamMonitor(kafka_cfg.copy(), TOPIC, "plan-watch")
-    services = LaneServices(spark, PlanCell(plan), {}, monitor, StreamTotals())
+    services = LaneServices(spark, kafka_cfg, PlanCell(plan), {}, monitor, StreamTotals())
     lane = DeliveryLane(services, "0s", SummaryWriter(kafka_cfg, "unused"), VisitCaps())
     realtime = RealtimeLane(services, spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "5 minutes",
                             SummaryWriter(kafka_cfg, "unused"))

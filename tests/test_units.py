@@ -122,7 +122,7 @@ def test_brokers_file_defaults_and_errors(tmp_path):
     path = tmp_path / "brokers.yaml"
     path.write_text("brokers:\n  a:\n    filters: [x]\n  b:\n    filters: y\n    format: nocutouts\n    topic: out.b\n")
     a, b = load_brokers(path)
-    assert (a.topic, a.format, b.topic, b.format, b.filters) == ("filtered.a", "full", "out.b", "nocutouts", ["y"])
+    assert (a.topic, a.format, b.topic, b.format, b.filters) == ("filtered.a", "full", "out.b", "nocutouts", ("y",))
     assert (a.max_alerts_per_visit, b.max_alerts_per_visit) == (20, 20)
     path.write_text("max_alerts_per_visit: 50\nbrokers:\n  a:\n    filters: [x]\n    format: lite\n"
                     "  b:\n    filters: [y]\n    max_alerts_per_visit: null\n"

@@ -239,8 +239,8 @@ def test_a_broker_subscribes_to_lists_and_maps_as_filters_of_their_own(tmp_path)
     path.write_text("brokers:\n  watchers:\n    watchlists: [my_agn]\n    watchmaps: S251112cm\n"
                     "  both:\n    filters: [bright]\n    watchlists: [my_agn]\n")
     watchers, both = load_brokers(path)
-    assert watchers.filters == ["watchlist:my_agn", "watchmap:S251112cm"]
-    assert both.filters == ["bright", "watchlist:my_agn"]
+    assert watchers.filters == ("watchlist:my_agn", "watchmap:S251112cm")
+    assert both.filters == ("bright", "watchlist:my_agn")
     path.write_text("brokers:\n  nothing:\n    topic: t\n")
     with pytest.raises(SkyfilterError, match="'filters' \\(or 'watchlists', 'watchmaps'\\) must name at least one"):
         load_brokers(path)

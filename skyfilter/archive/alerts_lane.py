@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from skyfilter.archive.layout import STATS_COLUMNS, archive_rows, index_paths, index_reader, is_raw, record_schema
 from skyfilter.archive.nightly_topics import NightlyTopics
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.lanes import LaneName
 from skyfilter.filtering.decode import decode, is_accepted
 from skyfilter.lanes.delivery_log import SummaryWriter, checkpoint_query_id
 from skyfilter.lanes.lane import Lane, LaneServices
@@ -37,7 +38,7 @@ from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA
 from skyfilter.plan.tables import append, create_table, is_table, nullable
 from skyfilter.spark.internals import observation_ready
 
-LANE = "archive"
+LANE = LaneName.ARCHIVE
 _observation_ids = itertools.count()
 
 
@@ -50,8 +51,8 @@ class ArchiveLane(Lane):
         self.trigger = trigger
         self.summaries = summaries
         self.app_id = f"skyfilter:{plan.name}:{LANE}"
-        self.nightly = NightlyTopics(plan.cfg, plan.topic) \
-            if plan.cfg.stream.nightly_topics.enabled else None
+        self.nightly = NightlyTopics(self.cfg, plan.topic) \
+            if self.cfg.stream.nightly_topics.enabled else None
         self.merge_schema = False  # set when the table was written with an older reader schema
         self.raw = True  # the raw layout (message and index columns); False: an archive of decoded fields
         self.index_paths: list[str] = []  # the alert fields the raw layout decodes (prepare)

@@ -25,7 +25,6 @@ import threading
 import time
 from pathlib import Path
 
-from skyfilter.core.config import Config
 from skyfilter.core.cpu_share import IdleGroup, group_name, idle_group
 from skyfilter.core.processes import lower_priority
 from skyfilter.lanes.totals import StreamTotals
@@ -41,19 +40,6 @@ OWN_LINE = re.compile(  # said by the parent too (its start, stop, summary and K
     r"Kafka at \S+ (is unreachable|is reachable again|does not answer yet|answers)|consumer lag not measured)")
 RESTART_DELAY_S = 5.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def runs_apart(cfg: Config, lanes: set[str], available_now: bool, master_is_local: bool) -> bool:
-    """Whether the archive lane of this job runs in a process of its own (``archive.process``: ``auto`` = yes on
-    a local master when the job runs both lanes until stopped; ``separate``; ``same``)."""
-    if available_now or lanes != {"delivery", "archive"}:
-        return False
-    mode = cfg.archive.process.strip().lower()
-    if mode not in ("auto", "same", "separate"):
-        from skyfilter.core.errors import SkyfilterError
-
-        raise SkyfilterError(f"archive.process is '{mode}': use auto, same or separate")
-    return mode == "separate" or (mode == "auto" and master_is_local)
 
 
 class ArchiveProcess:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -21,19 +21,27 @@ DEFAULT_MAX_ALERTS_PER_VISIT = 20  # Rubin's numBrokerAlerts: "100 users x 20 fu
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-@dataclass
+# The settings a broker's entry in the brokers file may have; each is a field of BrokerSpec below.
+SETTINGS = ("filters", "watchlists", "watchmaps", "topic", "format", "encoding", "max_alerts_per_visit")
+
+
+@dataclass(frozen=True)
 class BrokerSpec:
-    """One downstream broker's subscription."""
+    """One downstream broker's subscription; a value (equal settings, equal brokers), never changed once made."""
 
     name: str
-    filters: list[str]
+    filters: tuple[str, ...]  # the broker's filters; a watchlist or watchmap subscription is 'watchlist:NAME'
     topic: str
     format: str = "full"
     line: int = 1
     max_alerts_per_visit: int | None = DEFAULT_MAX_ALERTS_PER_VISIT  # None: no cap
-    enabled_filters: list[str] = field(default_factory=list)
+    enabled_filters: tuple[str, ...] = ()  # its filters that work (set when a stream plan is made)
     encoding: str = "confluent"
     watch_matches: str = ""  # SQL of the alert's matches among the lists and maps its filters use ("" if none)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "filters", tuple(self.filters))
+        object.__setattr__(self, "enabled_filters", tuple(self.enabled_filters))
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -84,8 +92,7 @@ def load_brokers(path: str | Path) -> list[BrokerSpec]:
             filters += [f"{kind}:{name}" for name in _names(entry, f"{kind}s", where)]
         if not filters:
             raise SkyfilterError(f"{where}: 'filters' (or 'watchlists', 'watchmaps') must name at least one")
-        unknown = set(entry) - {"filters", "watchlists", "watchmaps", "topic", "format", "encoding",
-                                "max_alerts_per_visit", "__line__"}
+        unknown = set(entry) - {*SETTINGS, "__line__"}
         if unknown:
             raise SkyfilterError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))}")
         fmt = str(entry.get("format", "full"))

@@ -7,6 +7,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
+from skyfilter.core.processes import command_line
+
 
 def own_rss_mb() -> float:
     """Peak resident memory of this process alone (MB)."""
@@ -16,14 +20,10 @@ def own_rss_mb() -> float:
 
 
 def children_by_parent() -> dict[int, list[int]]:
-    """Every running process's children, by parent pid (one scan of /proc)."""
+    """Every running process's children, by parent pid (one pass over the process table)."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    for process in psutil.process_iter(["ppid"]):
+        children.setdefault(process.info["ppid"], []).append(process.pid)
     return children
 
 
@@ -48,10 +48,8 @@ def process_tree_rss(pid: int, children: dict[int, list[int]] | None = None) -> 
             continue
         todo += [(child, argv) for child in children.get(current, [])]
         try:
-            rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{current}/status").read_text().splitlines()
-                          if line.startswith("VmRSS:"))
-            found[current] = (process_label(argv), rss_kb / 1024)
-        except (OSError, StopIteration):
+            found[current] = (process_label(argv), psutil.Process(current).memory_info().rss / 2**20)
+        except psutil.Error:
             pass
     return found
 
@@ -59,14 +57,6 @@ def process_tree_rss(pid: int, children: dict[int, list[int]] | None = None) -> 
 def spawning_copy(argv: list[str], parent_argv: list[str] | None) -> bool:
     """Whether a process is a JVM's child that has not yet exec'd its new program (and shares the JVM's memory)."""
     return bool(argv) and argv == parent_argv and Path(argv[0]).name == "java"
-
-
-def command_line(pid: int) -> list[str]:
-    """A process's argv ([] once it is gone)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0").split("\0")
-    except OSError:
-        return []
 
 
 def process_label(argv: list[str]) -> str:

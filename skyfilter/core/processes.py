@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 
 def launch(command: list[str], pid_file: Path, output: Path, cwd: Path | None = None,
            env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -57,10 +59,27 @@ def running_pid(pid_file: Path, marker: str) -> int | None:
     """The pid recorded in ``pid_file`` if that process runs and its command line contains ``marker``."""
     try:
         pid = int(pid_file.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except (OSError, ValueError):
         return None
-    return pid if marker in cmdline and not _is_zombie(pid) else None
+    return pid if is_running(pid) and marker in " ".join(command_line(pid)) else None
+
+
+def is_running(pid: int | None) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie, exited but not yet reaped, has)."""
+    if not pid:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def command_line(pid: int) -> list[str]:
+    """A process's argv ([] once it is gone, or when it may not be read)."""
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
 
 
 def terminate(pids: list[int], timeout: float = 30.0) -> None:
@@ -90,17 +109,10 @@ def wait_for_exit(pid: int, timeout: float) -> bool:
                 return True
         except ChildProcessError:
             pass
-        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+        if not is_running(pid):
             return True
         time.sleep(0.2)
     return False
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

@@ -16,10 +16,12 @@ from pathlib import Path
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.lag import LatestOffsets, checkpoint_topic, committed_offsets, lag_per_partition
+from skyfilter.core.lanes import LaneName
+from skyfilter.core.processes import is_running
 
 
 def _alive(pid: int | None) -> bool:
-    return bool(pid) and Path(f"/proc/{pid}").exists()
+    return is_running(pid)
 
 
 def _ago(moment: float | None) -> str:
@@ -49,8 +51,7 @@ def stream_names(cfg: Config) -> list[str]:
     return sorted(names)
 
 
-LANES = ("realtime", "delivery", "archive", "archive-log")
-LOG_LANE = "archive-log"  # reads the delivery log, not the input topic
+LANES = (LaneName.REALTIME, LaneName.DELIVERY, LaneName.ARCHIVE, LaneName.ARCHIVE_LOG)  # as the screen shows them
 
 
 def stream_lines(cfg: Config, name: str, latest) -> list[str]:
@@ -68,7 +69,7 @@ def stream_lines(cfg: Config, name: str, latest) -> list[str]:
         lanes = {**lanes, **archive.get("lanes", {})}
     checkpoints = {lane: folder / lane for lane in LANES if (folder / lane / "offsets").exists() or lane in lanes}
     topic = info.get("topic") or next((checkpoint_topic(c) for lane, c in checkpoints.items()
-                                       if lane != LOG_LANE and checkpoint_topic(c)), None)
+                                       if lane != LaneName.ARCHIVE_LOG and checkpoint_topic(c)), None)
     if running:
         up = time.time() - float(info["started_at"])
         head = (f"stream '{name}': RUNNING (pid {info['pid']}, up {up / 60:.0f} min) on {info.get('master')}, "
@@ -102,11 +103,11 @@ def _lane_lines(lane: str, info: dict | None, checkpoint: Path, topic: str | Non
     """One lane: trigger and last batch (while the job runs), and its Kafka lag from its checkpoint."""
     trigger = f", trigger {info['trigger']}" if info else ""
     batch = (info or {}).get("last_batch") or {}
-    if lane == LOG_LANE:
+    if lane == LaneName.ARCHIVE_LOG:
         topic = (info or {}).get("topic") or checkpoint_topic(checkpoint)
     if batch.get("batch_id") is not None:
         what = {"archive": f"{batch['alerts']:,} alerts archived",
-                LOG_LANE: f"{batch['alerts']:,} delivery records logged"}.get(
+                LaneName.ARCHIVE_LOG: f"{batch['alerts']:,} delivery records logged"}.get(
             lane, f"{batch['alerts']:,} alerts, {batch.get('matches', 0):,} matches")
         lines = [f"  {lane:<9} last batch {batch['batch_id']} ({_ago(batch['finished_at'])}{trigger}): {what}, "
                  f"done in {_num(batch['processing_s'], ' s')}, latency p50 {_num(batch.get('latency_p50_s'), ' s')} "
@@ -120,10 +121,10 @@ def _lane_lines(lane: str, info: dict | None, checkpoint: Path, topic: str | Non
         try:
             lag = lag_per_partition(latest(topic), committed)
             parts = ", ".join(f"p{p} {n:,}" for p, n in lag.items())
-            unit = "records" if lane == LOG_LANE else "alerts"
+            unit = "records" if lane == LaneName.ARCHIVE_LOG else "alerts"
             lines.append(f"  {'':<9} Kafka lag {sum(lag.values()):,} {unit} ({parts}); last committed batch "
                          f"{'-' if committed_batch is None else committed_batch}")
-            if lane == "realtime":
+            if lane == LaneName.REALTIME:
                 lines.append(f"  {'':<9} (counted from the last checkpoint: Real-time Mode commits once per "
                              f"checkpoint interval and delivers what arrived since as it comes)")
         except SkyfilterError as exc:

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, Observation
 
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.filter_loader import FilterSpec
+from skyfilter.core.lanes import LaneName
 from skyfilter.delivery.batch_figures import BatchMatches, read_matches
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.delivery.program import DeliveryProgram, program_key
@@ -27,7 +28,7 @@ from skyfilter.plan.quarantine import Quarantine
 from skyfilter.plan.reload import PlanReloader
 from skyfilter.plan.stream_plan import StreamPlan, probe_batch
 
-LANE = "delivery"
+LANE = LaneName.DELIVERY
 # Spark's V1 Kafka writer runs the query in a nested execution whose observed metrics never reach an
 # Observation (its get() would wait forever); the V2 writer runs it in the write's own execution.
 V1_SOURCES_WITHOUT_KAFKA = ("spark.sql.sources.useV1SourceList", "avro,csv,json,orc,parquet,text")

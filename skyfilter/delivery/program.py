@@ -55,7 +55,7 @@ def evaluate_steps(plan: StreamPlan, brokers: list[BrokerSpec], realtime: bool =
     and Python filters report only their errors; ``workers``: the Python filters are called alert by alert in
     these filter workers instead of a pandas UDF (Real-time Mode); ``watch_workers``: likewise, the lists and maps.
     """
-    budget = plan.cfg.stream.filter_time_budget_s
+    budget = plan.filter_time_budget_s
     filters = lane_filters(plan, brokers)
     return [*decode_steps(plan.inputs, plan.columns, plan.night_offset_hours, plan.max_alert_bytes,
                           plan.reader_json, realtime),
@@ -83,13 +83,8 @@ def encode_and_narrow_steps(plan: StreamPlan, brokers: list[BrokerSpec], decided
 
 
 def program_key(plan: StreamPlan, brokers: list[BrokerSpec], dead_letters: bool) -> Hashable:
-    """What a program depends on: equal keys, same program.  Reload, quarantine and new input schema versions
-    replace the plan's filter specs, brokers' filter lists and inputs, so identities and broker settings are
-    enough."""
-    return (id(plan), id(plan.inputs), tuple(id(spec) for spec in plan.filters),
-            tuple((b.name, b.topic, b.format, b.encoding, b.max_alerts_per_visit, tuple(b.enabled_filters),
-                   b.watch_matches) for b in brokers),
-            tuple((name, id(encoding)) for name, encoding in plan.encodings.items()), dead_letters)
+    """What a program depends on, by value: equal keys, same program."""
+    return plan.value_key, tuple(brokers), dead_letters
 
 
 class DeliveryProgram:

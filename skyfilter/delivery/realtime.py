@@ -40,9 +40,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from skyfilter.core.brokers import BrokerSpec, load_brokers
+from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import FilterSpec
+from skyfilter.core.lanes import LaneName
 from skyfilter.core.settings import Realtime
 from skyfilter.delivery.batch_figures import figure_aggregates, read_matches
 from skyfilter.delivery.caps import realtime_broker_visits, realtime_cap_step
@@ -52,12 +53,13 @@ from skyfilter.filtering.filter_errors import FilterErrorWatch, error_record
 from skyfilter.filtering.filter_eval import FilterSet, worker_filter_set
 from skyfilter.filtering.filter_workers import FilterWorkers
 from skyfilter.filtering.input_schemas import NEW_SCHEMA_ERROR
-from skyfilter.filtering.watch_columns import REFERENCE, template_columns, used_by
+from skyfilter.filtering.watch_columns import template_columns, used_by
 from skyfilter.lanes.delivery_log import RESTORE_HOURS, SummaryWriter
 from skyfilter.lanes.kafka_watch import offsets_past_checkpoint
 from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.outgoing import message_steps, with_batch_id
 from skyfilter.plan.quarantine import Quarantine
+from skyfilter.plan.run_plan import BrokerNeeds, realtime_refusal
 from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan, probe_batch
 from skyfilter.plan.triggers import duration, seconds
 from skyfilter.spark.internals import (
@@ -71,8 +73,7 @@ from skyfilter.spark.internals import (
 from skyfilter.spark.session import driver_log_level
 from skyfilter.spark.steps import apply_steps
 
-LANE = "realtime"
-REALTIME_TRIGGER = "realtime"
+LANE = LaneName.REALTIME
 OBSERVATION = "skyfilter_realtime"
 SHORTEST_INTERVAL = "5 seconds"  # Spark's spark.sql.streaming.realTimeMode.minBatchDuration
 FIRST_BOUNDARY_AHEAD_FROM_S = 30.0  # checkpoint intervals from which the first boundary is passed at start-up
@@ -80,54 +81,17 @@ FILTER_ERROR_KEY = "filter_error"  # key of the delivery-log records of failing 
 WARM_UP_LEDGER = ".warm-up"
 
 
-def refusal(capped: bool, python: list[str], settings: Realtime, local_master: bool, watch: bool = False
-            ) -> str | None:
-    """Why a broker with a cap (``capped``), these Python filters and, with ``watch``, filters that use watchlists
-    or watchmaps, is not served in Real-time Mode, or None."""
-    reasons = []
-    if watch and not local_master:
-        reasons.append("watchlists or watchmaps (the filter workers need a local master)")
-    if capped and not settings.caps:
-        reasons.append("a per-visit cap (stream.realtime.caps is off)")
-    elif capped and not local_master:
-        reasons.append("a per-visit cap (the visit cap ledger needs a local master)")
-    if python and not settings.python_filters:
-        reasons.append(f"Python filter(s) {', '.join(python)} (stream.realtime.python_filters is off)")
-    elif python and not local_master:
-        reasons.append(f"Python filter(s) {', '.join(python)} (the filter workers need a local master)")
-    return "; ".join(reasons) or None
+def broker_refusal(broker: BrokerSpec, plan: StreamPlan, settings: Realtime, local_master: bool = True
+                   ) -> str | None:
+    """Why a broker is not delivered in Real-time Mode under ``plan`` (None when it is): the rule of
+    :func:`~skyfilter.plan.run_plan.realtime_refusal` on the filters that work."""
+    return realtime_refusal(BrokerNeeds.in_plan(broker, plan.filters), settings, local_master)
 
 
-def realtime_refusal(broker: BrokerSpec, plan: StreamPlan, local_master: bool = True) -> str | None:
-    """Why a broker is not delivered in Real-time Mode under ``plan`` (None when it is)."""
-    kinds = {spec.name: spec.kind for spec in plan.filters}
-    python = [name for name in broker.enabled_filters if kinds.get(name) == "python"]
-    return refusal(broker.max_alerts_per_visit is not None, python, plan.cfg.stream.realtime, local_master,
-                   bool(broker.watch_matches))
-
-
-def auto_trigger(filters_dir: Path, brokers_file: Path, settings: Realtime, local_master: bool = True
-                 ) -> tuple[str, str]:
-    """``--trigger auto``: (trigger, why) - ``realtime`` when Real-time Mode serves every broker, else ``0``.
-
-    Read from the files alone, before Spark starts (its master depends on it).
-    """
-    files = {path.stem: path for path in filters_dir.glob("*") if path.suffix in (".sql", ".py")}
-    watching = {name for name, path in files.items() if REFERENCE.search(path.read_text(errors="replace"))}
-    misfits = [broker.name for broker in load_brokers(brokers_file)
-               if refusal(broker.max_alerts_per_visit is not None,
-                          [f for f in broker.filters if f in files and files[f].suffix == ".py"], settings,
-                          local_master, any(":" in f or f in watching for f in broker.filters))]
-    if not misfits:
-        return REALTIME_TRIGGER, "Real-time Mode serves every broker (SQL and Python filters, caps)"
-    return "0", (f"broker(s) {', '.join(misfits)} need micro-batches (stream.realtime settings): "
-                 f"micro-batches back to back")
-
-
-def split_line(plan: StreamPlan, local_master: bool = True) -> str:
+def split_line(plan: StreamPlan, settings: Realtime, local_master: bool = True) -> str:
     """One line saying which brokers go in Real-time Mode and which in micro-batches, and why."""
     live = [b for b in plan.brokers if b.enabled_filters]
-    reasons = {b.name: realtime_refusal(b, plan, local_master) for b in live}
+    reasons = {b.name: broker_refusal(b, plan, settings, local_master) for b in live}
     fast = [b.name for b in live if reasons[b.name] is None]
     slow = [f"{name} ({why})" for name, why in reasons.items() if why is not None]
     line = f"realtime: {len(fast)} of {len(live)} broker(s) in Real-time Mode" + (f": {', '.join(fast)}" if fast
@@ -163,7 +127,8 @@ class RealtimeLane(Lane):
     def brokers(self, plan: StreamPlan | None = None) -> list[BrokerSpec]:
         """The brokers this lane delivers to under ``plan`` (by default the plan its query runs)."""
         plan = plan or self.plan
-        return [b for b in plan.brokers if b.enabled_filters and realtime_refusal(b, plan, self.local_master) is None]
+        return [b for b in plan.brokers
+                if b.enabled_filters and broker_refusal(b, plan, self.cfg.stream.realtime, self.local_master) is None]
 
     def signature(self, plan: StreamPlan) -> tuple:
         """What a query of ``plan`` is built from: input schemas, brokers, their filters and the filters' files."""
@@ -224,7 +189,7 @@ class RealtimeLane(Lane):
         template = self.plan.decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)) \
             .withColumns(template_columns(self.plan.watch))
         return self._workers("filters").publish(*worker_filter_set(python, template),
-                                                self.plan.cfg.stream.filter_time_budget_s)
+                                                self.plan.filter_time_budget_s)
 
     def _watch_set(self, filters: list[FilterSpec]) -> FilterSet | None:
         """The watch workers' set of the watchlists and watchmaps these filters use."""
@@ -239,7 +204,7 @@ class RealtimeLane(Lane):
         return self.workers[role]
 
     def _ledger_file(self, suffix: str = "") -> Path:
-        return self.plan.cfg.run_dir / f"filter_stream.{self.plan.name}.visit-caps{suffix}.ledger"
+        return self.cfg.run_dir / f"filter_stream.{self.plan.name}.visit-caps{suffix}.ledger"
 
     def start(self, interval: str | None = None) -> StreamingQuery:
         """Start the query on the plan in force (resuming from its checkpoint); ``interval``: other than the lane's."""
@@ -248,7 +213,7 @@ class RealtimeLane(Lane):
         self._open_ledger(any(b.max_alerts_per_visit is not None for b in brokers))
         python = _python(lane_filters(self.plan, brokers))
         if python and self.errors is None:
-            self.errors = FilterErrorWatch(self.plan.cfg, self.plan.delivery_log_topic, self.log).start()
+            self.errors = FilterErrorWatch(self.cfg, self.plan.delivery_log_topic, self.log).start()
         rows = self._rows(self.source, self.ledger or "")
         self.query = (rows.writeStream.format("kafka").options(**self.kafka_options)
                       .queryName(f"skyfilter_{LANE}_{self.plan.name}")
@@ -403,7 +368,7 @@ class RealtimeLane(Lane):
         alerts it read since its last checkpoint are noted in the totals (its figures come at checkpoints)."""
         if self.query is None or not self.query.isActive:
             return
-        self.totals.after_checkpoint = offsets_past_checkpoint(self.plan.cfg, self.plan.lane_checkpoint(LANE),
+        self.totals.after_checkpoint = offsets_past_checkpoint(self.cfg, self.plan.lane_checkpoint(LANE),
                                                                self.plan.topic)
         with logs_off(self.spark, driver_log_level()):
             self.query.stop()

@@ -17,26 +17,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-from skyfilter.archive.process import ArchiveProcess, runs_apart
+from skyfilter.archive.process import ArchiveProcess
 from skyfilter.core.arguments import config_from_args
 from skyfilter.core.config import Config
 from skyfilter.core.kafka_clients import act_as
+from skyfilter.core.lanes import LANE_CHOICES, LaneName
 from skyfilter.core.reader_schema import schema_name
-from skyfilter.core.topics import topic_partitions
-from skyfilter.delivery.realtime import auto_trigger
 from skyfilter.delivery.redrive import redrive_dead_letters
 from skyfilter.jobs.job_config import add_common_arguments, job_main
 from skyfilter.jobs.stream_job import StreamJob
 from skyfilter.lanes.kafka_watch import wait_until_reachable
 from skyfilter.lanes.totals import StreamTotals, summary_lines
-from skyfilter.plan.slots import Slots, configured_master, local_cores, plan_slots
+from skyfilter.plan.run_plan import RunPlan, on_master, settle_run, with_slots
+from skyfilter.plan.slots import configured_master, local_cores
 from skyfilter.plan.starting_offsets import starting_offsets
 from skyfilter.plan.stream_plan import build_plan, wait_for_schema
-from skyfilter.plan.triggers import REALTIME, Triggers, duration
 from skyfilter.spark.session import get_spark
 
 ARCHIVE_START_S = 300.0  # how long the job waits for its archive process to run before saying it is running
-LANES = {"both": {"delivery", "archive"}, "delivery": {"delivery"}, "archive": {"archive"}}
+LANE_ORDER = (LaneName.REALTIME, LaneName.DELIVERY, LaneName.ARCHIVE)  # as the start line names them
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     when.add_argument("--available-now", action="store_true",
                       help="process what is in the topic now (delivery, then archive), then exit 0 "
                            "(tests, replays, scripts)")
-    parser.add_argument("--lane", choices=sorted(LANES), default="both",
+    parser.add_argument("--lane", choices=sorted(LANE_CHOICES), default="both",
                         help="run both lanes (default), or only one of them (e.g. the archive in its own process)")
     parser.add_argument("--archive-trigger", help="archive lane trigger, e.g. 10s (default: archive.trigger)")
     parser.add_argument("--stop-when-idle", type=float, metavar="SECONDS",
@@ -85,51 +84,19 @@ def load_config(args: argparse.Namespace) -> Config:
     return act_as(cfg, "pipeline")
 
 
-def triggers(cfg: Config, available_now: bool, log=print) -> Triggers:
-    """Each lane's trigger from the config (checked here, so a typo is one line before Spark starts)."""
-    if available_now:
-        return Triggers("availableNow", "availableNow", "", "availableNow")
-    delivery = cfg.stream.trigger.strip().lower()
-    if delivery == "auto":
-        delivery, why = auto_trigger(cfg.path("stream.filters_dir"), cfg.path("stream.brokers"), cfg.stream.realtime,
-                                     local_cores(configured_master()) is not None)
-        log(f"trigger auto -> {delivery}: {why}")
-    if delivery != REALTIME:
-        delivery = "0s" if duration(delivery) == "0 seconds" else delivery
-    archive, archive_log = cfg.archive.trigger.strip(), cfg.archive.log_trigger.strip()
-    duration(archive)
-    duration(archive_log)
-    return Triggers(delivery, archive, duration(cfg.stream.realtime.checkpoint_interval), archive_log)
-
-
-def lane_slots(cfg: Config, topic: str, triggers_: Triggers, lanes: set[str], cores: int) -> Slots:
-    """The task slots each lane of this job needs (``skyfilter/plan/slots.py``), read from the files before
-    Spark starts."""
-    delivery = "delivery" in lanes
-    realtime = delivery and triggers_.delivery == REALTIME
-    micro_batches = delivery and (not realtime or auto_trigger(
-        cfg.path("stream.filters_dir"), cfg.path("stream.brokers"), cfg.stream.realtime,
-        local_cores(configured_master()) is not None)[0] != REALTIME)
-    partitions = (topic_partitions(cfg, topic) or cfg.topics.alerts_partitions) if realtime else 0
-    return plan_slots(cfg, cores, partitions, micro_batches, "archive" in lanes)
-
-
-def session_for(cfg: Config, topic: str, name: str, triggers_: Triggers, lanes: set[str]):
+def session_for(cfg: Config, run_plan: RunPlan):
     """The SparkSession; a local master gets a task slot for every long-lived or archive task on top of its cores,
     so delivery keeps its cores' worth of slots free (``skyfilter/plan/slots.py``)."""
-    master = configured_master()
-    cores = local_cores(master)
+    app = f"skyfilter-filter-stream-{run_plan.name}"
     # An archive-only driver holds no delivery batches: it gets its own (smaller) heap.
     conf = {"spark.driver.memory": str(cfg.archive.driver_memory)} \
-        if lanes == {"archive"} and cfg.archive.driver_memory else None
-    if cores is None:
-        return get_spark(f"skyfilter-filter-stream-{name}", conf=conf)
-    need = lane_slots(cfg, topic, triggers_, lanes, cores).total
-    if need > cores:
-        print(f"task slots: Spark master {master} -> local[{need}] ({cores} for delivery, the rest for "
+        if run_plan.lanes == LANE_CHOICES["archive"] and cfg.archive.driver_memory else None
+    cores, need = local_cores(run_plan.master), run_plan.slots.total
+    if cores is not None and need > cores:
+        print(f"task slots: Spark master {run_plan.master} -> local[{need}] ({cores} for delivery, the rest for "
               f"Real-time Mode's long-lived tasks and the archive lane)", flush=True)
-        return get_spark(f"skyfilter-filter-stream-{name}", master=f"local[{need}]", conf=conf)
-    return get_spark(f"skyfilter-filter-stream-{name}", conf=conf)
+        return get_spark(app, master=f"local[{need}]", conf=conf)
+    return get_spark(app, conf=conf)
 
 
 def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
@@ -137,8 +104,9 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     cfg = load_config(args)
     topic = cfg.topics.alerts
     name = args.name or topic
-    lanes = LANES[args.lane]
-    plan_triggers = triggers(cfg, args.available_now, log)
+    run_plan, auto_line = settle_run(cfg, name, args.lane, args.available_now, configured_master())
+    if auto_line:
+        log(auto_line)
     wait_until_reachable(cfg, cfg.kafka.connect_wait_s, log)
     cfg.set("stream.starting_offsets", starting_offsets(cfg, topic, cfg.checkpoint_dir / name, args.available_now,
                                                         log))
@@ -147,12 +115,9 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     if schema is None:
         log(f"nothing to do: no schema is registered for topic '{topic}' (nothing was produced to it)")
         return StreamTotals()
-    # Under spark-submit the master (--master) is known only once the session runs: decide again then.
-    apart = runs_apart(cfg, lanes, args.available_now, local_cores(configured_master()) is not None)
-    spark = spark or session_for(cfg, topic, name, plan_triggers, lanes - {"archive"} if apart else lanes)
-    if runs_apart(cfg, lanes, args.available_now, local_cores(spark.sparkContext.master) is not None):
-        lanes = lanes - {"archive"}
-    apart = "archive" in LANES[args.lane] and "archive" not in lanes
+    run_plan = with_slots(run_plan, cfg)
+    spark = spark or session_for(cfg, run_plan)
+    run_plan = on_master(run_plan, cfg, spark.sparkContext.master, int(spark.sparkContext.defaultParallelism))
     plan = build_plan(spark, cfg, topic, name, cfg.path("stream.filters_dir"), cfg.path("stream.brokers"), schema)
     for problem in plan.problems:
         log(f"filter problem: {problem}")
@@ -163,25 +128,23 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
             + (f"the pinned reader {schema_name(plan.inputs.reader)}" if plan.inputs.pinned else
                f"schema id {plan.schema_id} ({schema_name(plan.inputs.reader)}), widened")
             + "".join(f"; dead-lettered: {reason}" for reason in plan.inputs.unreadable.values()))
-    if "delivery" in lanes:
+    if LaneName.DELIVERY in run_plan.lanes:
         redrive_dead_letters(cfg, topic, plan.inputs, plan.checkpoint, log)
-    slots = lane_slots(cfg, topic, plan_triggers, lanes, local_cores(configured_master()) or
-                       int(spark.sparkContext.defaultParallelism))
-    job = StreamJob(spark, cfg, plan, plan_triggers, lanes, slots, log)
+    job = StreamJob(spark, cfg, run_plan, plan, log)
     try:
-        if apart:
+        if run_plan.archive_apart:
             archive = ArchiveProcess(archive_arguments(args, cfg, topic, name), cfg.archive.nice, job.totals,
                                      cfg.run_dir / f"filter_stream.{name}.archive.log", log, cfg.archive.cpu_group)
             log(f"archive lane: a process of its own, at a lower CPU priority: {archive.priority}")
             job.watch_archive_process(archive.start())
         job.start()
-        running = ", ".join(f"{lane} (trigger {_label(job, lane)})" for lane in ("realtime", "delivery", "archive")
-                            if lane in job.queries or (lane == "archive" and job.archive is not None))
-        if apart:
+        running = ", ".join(f"{lane} (trigger {_label(job, lane)})" for lane in LANE_ORDER
+                            if lane in job.queries or (lane == LaneName.ARCHIVE and job.archive is not None))
+        if run_plan.archive_apart:
             if not job.archive_process.wait_until_running(ARCHIVE_START_S, lambda: job.stop_signal["signal"]):
                 log(f"archive lane (process {job.archive_process.pid}) not running yet: delivery goes on, the "
                     f"archive catches up once it runs")
-            running += f", archive (trigger {plan_triggers.archive}, process {job.archive_process.pid})"
+            running += f", archive (trigger {run_plan.triggers.archive}, process {job.archive_process.pid})"
         log(f"stream '{name}' running: {running}; master {spark.sparkContext.master}, checkpoints {plan.checkpoint}")
         if args.available_now:
             job.run_available_now()
@@ -206,9 +169,10 @@ def archive_arguments(args: argparse.Namespace, cfg: Config, topic: str, name: s
     return arguments + ["--set", "monitoring.port=null", "--set", "archive.process=same"]
 
 
-def _label(job: StreamJob, lane: str) -> str:
-    return {"realtime": f"realtime {job.triggers.realtime_interval}", "delivery": job.delivery.trigger
-            if job.delivery else "-", "archive": job.triggers.archive}[lane]
+def _label(job: StreamJob, lane: LaneName) -> str:
+    triggers = job.run_plan.triggers
+    return {LaneName.REALTIME: f"realtime {triggers.realtime_interval}",
+            LaneName.DELIVERY: job.delivery.trigger if job.delivery else "-", LaneName.ARCHIVE: triggers.archive}[lane]
 
 
 def main(argv: list[str] | None = None) -> int:

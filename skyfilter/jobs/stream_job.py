@@ -33,12 +33,13 @@ from skyfilter.archive.process import ArchiveProcess
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_clients import spark_sink_options, spark_source_options
+from skyfilter.core.lanes import LaneName
 from skyfilter.core.processes import write_whole
 from skyfilter.core.status import status_file
 from skyfilter.core.topics import ensure_topics, topic_partitions
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.delivery.micro_batches import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
-from skyfilter.delivery.realtime import RealtimeLane, realtime_refusal, split_line
+from skyfilter.delivery.realtime import RealtimeLane, broker_refusal, split_line
 from skyfilter.lanes.delivery_log import SummaryWriter, delivered_so_far
 from skyfilter.lanes.kafka_watch import InputArrivals, KafkaWatch
 from skyfilter.lanes.lane import LaneServices
@@ -47,9 +48,10 @@ from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.totals import StreamTotals
 from skyfilter.plan.quarantine import Quarantine
 from skyfilter.plan.reload import PlanReloader
-from skyfilter.plan.slots import Slots, check_realtime_slots, delivery_tasks, local_cores
+from skyfilter.plan.run_plan import RunPlan
+from skyfilter.plan.slots import check_realtime_slots, delivery_tasks, local_cores
 from skyfilter.plan.stream_plan import PlanCell, StreamPlan
-from skyfilter.plan.triggers import REALTIME, Triggers, trigger_keywords
+from skyfilter.plan.triggers import trigger_keywords
 
 STOP_BETWEEN_BATCHES_S = 20.0  # how long a stop waits for the micro-batches under way to finish
 INPUT_CHECK_SECONDS = 2.0  # how often the main loop looks for new input schema versions for Real-time Mode
@@ -58,19 +60,20 @@ INPUT_CHECK_SECONDS = 2.0  # how often the main loop looks for new input schema 
 class StreamJob:
     """Starts the lanes of a stream, keeps its status file current, and stops them."""
 
-    def __init__(self, spark: SparkSession, cfg: Config, plan: StreamPlan, triggers: Triggers, lanes: set[str],
-                 slots: Slots, log=print):
+    def __init__(self, spark: SparkSession, cfg: Config, run_plan: RunPlan, plan: StreamPlan, log=print):
         self.spark = spark
         self.cfg = cfg
+        self.run_plan = run_plan  # what this run decided before it started (skyfilter/plan/run_plan.py)
         self.plan = plan  # as the job started: its name, topic, tables and checkpoints never change
         self.cell = PlanCell(plan)  # the plan in force: reload, quarantine and new input schemas swap it
-        self.triggers = triggers
-        self.lanes = lanes
-        self.slots = slots
+        self.triggers = run_plan.triggers
+        self.slots = run_plan.slots
+        # the lanes this process runs: an archive in a process of its own is that process's
+        self.lanes = run_plan.lanes - {LaneName.ARCHIVE} if run_plan.archive_apart else run_plan.lanes
         self.log = log
         self.totals = StreamTotals()
         self.monitor = StreamMonitor(cfg, plan.name, plan.topic, log)
-        self.services = LaneServices(spark, self.cell, spark_sink_options(cfg), self.monitor, self.totals, log)
+        self.services = LaneServices(spark, cfg, self.cell, spark_sink_options(cfg), self.monitor, self.totals, log)
         self.queries: dict[str, StreamingQuery] = {}
         self.realtime: RealtimeLane | None = None
         self.summaries: SummaryWriter | None = None
@@ -101,11 +104,11 @@ class StreamJob:
         self.catch_stop_signals()
         self._ensure_input_topic()
         self.summaries = SummaryWriter(self.cfg, self.plan.delivery_log_topic)
-        if "archive" in self.lanes:
+        if LaneName.ARCHIVE in self.lanes:
             self.archive = ArchiveLane(self.services, self.triggers.archive, self.summaries)
             self.archive_log = ArchiveLogLane(self.services, self.triggers.archive_log)
             self.archive.prepare()
-        if "delivery" in self.lanes:
+        if LaneName.DELIVERY in self.lanes:
             self._start_delivery()
         if self.archive is not None and not self.triggers.available_now:
             self._start_archive(self.triggers.archive, self.triggers.archive_log)
@@ -122,8 +125,8 @@ class StreamJob:
 
     def _watch_archive(self, trigger: str, log_trigger: str) -> None:
         """Measure the lag of the archive's two queries (the input topic, the delivery log)."""
-        self.monitor.add_lane("archive", self.plan.lane_checkpoint("archive"), trigger)
-        self.monitor.add_lane("archive-log", self.plan.lane_checkpoint("archive-log"), log_trigger,
+        self.monitor.add_lane(LaneName.ARCHIVE, self.plan.lane_checkpoint(LaneName.ARCHIVE), trigger)
+        self.monitor.add_lane(LaneName.ARCHIVE_LOG, self.plan.lane_checkpoint(LaneName.ARCHIVE_LOG), log_trigger,
                               self.plan.delivery_log_topic)
 
     def _start_delivery(self) -> None:
@@ -134,48 +137,49 @@ class StreamJob:
         if cfg.stream.hot_reload:
             self.reloader = PlanReloader(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"),
                                          cfg.path("stream.brokers"), self.log, quarantine.held_off)
-        realtime = self.triggers.delivery == REALTIME
+        realtime = self.run_plan.realtime
         local_master = local_cores(self.spark.sparkContext.master) is not None
+        settings = cfg.stream.realtime
         if realtime:
             self._check_slots()
-            self.log(split_line(plan, local_master))
-            self.realtime = RealtimeLane(self.services, self._source("realtime"), self.triggers.realtime_interval,
-                                         self.summaries, quarantine, local_master)
-            self.monitor.add_lane("realtime", plan.lane_checkpoint("realtime"),
+            self.log(split_line(plan, settings, local_master))
+            self.realtime = RealtimeLane(self.services, self._source(LaneName.REALTIME),
+                                         self.triggers.realtime_interval, self.summaries, quarantine, local_master)
+            self.monitor.add_lane(LaneName.REALTIME, plan.lane_checkpoint(LaneName.REALTIME),
                                   f"realtime {self.triggers.realtime_interval}")
-            with _pool(self.spark, "realtime"):
+            with _pool(self.spark, LaneName.REALTIME):
                 self.realtime.warm_up()
                 self.realtime.pass_first_boundary()
-                self.queries["realtime"] = self.realtime.start()
-        needs_batches = not realtime or any(realtime_refusal(b, plan, local_master)
+                self.queries[LaneName.REALTIME] = self.realtime.start()
+        needs_batches = not realtime or any(broker_refusal(b, plan, settings, local_master)
                                             for b in plan.brokers if b.enabled_filters)
         if not needs_batches:
             return
         caps = VisitCaps()
-        caps.restore(delivered_so_far(self.spark, cfg, plan.delivery_log_topic, "delivery",
-                                      plan.lane_checkpoint("delivery")))
+        caps.restore(delivered_so_far(self.spark, cfg, plan.delivery_log_topic, LaneName.DELIVERY,
+                                      plan.lane_checkpoint(LaneName.DELIVERY)))
         label = "0s" if realtime else self.triggers.delivery
         self.delivery = DeliveryLane(
             self.services, label, self.summaries, caps,
-            serves=(lambda broker, now: realtime_refusal(broker, now, local_master) is not None) if realtime else
-            (lambda broker, now: True),
+            serves=(lambda broker, now: broker_refusal(broker, now, settings, local_master) is not None)
+            if realtime else (lambda broker, now: True),
             dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader,
             tasks=delivery_tasks(cfg, int(self.spark.sparkContext.defaultParallelism), self.slots))
         self.delivery.warm_up()
-        self.monitor.add_lane("delivery", plan.lane_checkpoint("delivery"), label)
-        self._start_batches("delivery", label)
+        self.monitor.add_lane(LaneName.DELIVERY, plan.lane_checkpoint(LaneName.DELIVERY), label)
+        self._start_batches(LaneName.DELIVERY, label)
 
     def _start_archive(self, trigger: str, log_trigger: str) -> list[StreamingQuery]:
         """Start the archive lane's two queries: the input topic to ``alerts``, the delivery log to the rest."""
         self._watch_archive(trigger, log_trigger)
-        return [self._start_batches("archive", trigger), self._start_batches("archive-log", log_trigger)]
+        return [self._start_batches(LaneName.ARCHIVE, trigger), self._start_batches(LaneName.ARCHIVE_LOG, log_trigger)]
 
     def _lane_function(self, lane: str):
         """(foreachBatch function, topics, bound on offsets per batch, tasks per batch) of a micro-batch query."""
-        if lane == "delivery":
+        if lane == LaneName.DELIVERY:
             return self.delivery, None, int(self.cfg.stream.max_offsets_per_trigger), self.delivery.tasks
         bound = int(self.cfg.archive.max_offsets_per_trigger)
-        if lane == "archive":
+        if lane == LaneName.ARCHIVE:
             return self.archive, self.archive.topics, bound, max(self.slots.archive, 1)
         return self.archive_log, self.archive_log.topics, bound, 1
 
@@ -188,7 +192,7 @@ class StreamJob:
         """
         batch_function, topics, bound, tasks = self._lane_function(lane)
         source = self._source(lane, topics).option("maxOffsetsPerTrigger", bound).load().coalesce(tasks)
-        with _pool(self.spark, "archive" if lane == "archive-log" else lane):
+        with _pool(self.spark, LaneName.ARCHIVE if lane == LaneName.ARCHIVE_LOG else lane):
             query = (source.writeStream.queryName(f"skyfilter_{lane}_{self.plan.name}").foreachBatch(batch_function)
                      .option("checkpointLocation", str(self.plan.lane_checkpoint(lane)))
                      .trigger(**trigger_keywords(trigger)).start())
@@ -206,10 +210,10 @@ class StreamJob:
         Kafka source fails reporting its progress (SPARK-55271: its latest offsets
         were never fetched in this run).  Restarting resumes after that committed batch.
         """
-        if lane == REALTIME and self.realtime is not None:
+        if lane == LaneName.REALTIME and self.realtime is not None:
             query = self.realtime.recover_new_schema(exc)
             if query is not None:
-                self.queries[REALTIME] = query
+                self.queries[LaneName.REALTIME] = query
             return query
         if lane in self.recovered or lane not in self.triggered or not is_spark_55271(exc):
             return None
@@ -221,12 +225,12 @@ class StreamJob:
     def _source(self, lane: str, topics: list[str] | None = None):
         """A Kafka source of the lane: its topics, from the configured starting offsets."""
         options = spark_source_options(self.cfg)
-        if lane == REALTIME:  # long-polling: a fetch returns as soon as data comes, and costs nothing while idle
+        if lane == LaneName.REALTIME:  # long-polling: a fetch returns when data comes, and costs nothing while idle
             options["kafka.fetch.max.wait.ms"] = str(self.cfg.stream.realtime.fetch_max_wait_ms)
         reader = (self.spark.readStream.format("kafka").options(**options)
                   .option("subscribe", ",".join(topics or [self.plan.topic]))
                   .option("startingOffsets", self.cfg.stream.starting_offsets))
-        return reader.load() if lane == REALTIME else reader
+        return reader.load() if lane == LaneName.REALTIME else reader
 
     def _ensure_input_topic(self) -> None:
         """Create the input topic if its schema was registered before it was created (Spark's Kafka source fails
@@ -242,8 +246,8 @@ class StreamJob:
     # ----------------------------------------------------------------- run
     def run_available_now(self) -> None:
         """Process what the topic holds now: delivery first, then the archive of it all."""
-        if "delivery" in self.queries:
-            self._await("delivery", self.queries["delivery"])
+        if LaneName.DELIVERY in self.queries:
+            self._await(LaneName.DELIVERY, self.queries[LaneName.DELIVERY])
         if self.archive is not None:
             self._drain_archive()
 
@@ -251,8 +255,8 @@ class StreamJob:
         """Archive what the topic and the delivery log hold now: the alerts first (their figures go to the
         log), then the log."""
         self._watch_archive("availableNow", "availableNow")
-        self._await("archive", self._start_batches("archive", "availableNow"))
-        self._await("archive-log", self._start_batches("archive-log", "availableNow"))
+        self._await(LaneName.ARCHIVE, self._start_batches(LaneName.ARCHIVE, "availableNow"))
+        self._await(LaneName.ARCHIVE_LOG, self._start_batches(LaneName.ARCHIVE_LOG, "availableNow"))
 
     def _await(self, lane: str, query: StreamingQuery) -> None:
         while True:
@@ -273,7 +277,7 @@ class StreamJob:
         On an idle stop and on SIGTERM/SIGINT the delivery lanes stop first, then the archive catches up with
         everything they delivered before the job ends, so a clean stop leaves a complete archive.
         """
-        status = status_file(self.cfg, self.plan.name, archive_only=self.lanes == {"archive"})
+        status = status_file(self.cfg, self.plan.name, archive_only=self.lanes == {LaneName.ARCHIVE})
         status.parent.mkdir(parents=True, exist_ok=True)
         context = self.spark.sparkContext
         about = {"pid": os.getpid(), "topic": self.plan.topic, "started_at": time.time(), "status": "running",
@@ -345,7 +349,7 @@ class StreamJob:
             os._exit(128 + signum)
 
         signal.signal(signal.SIGINT, at_once)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN if self.lanes == {"archive"} else at_once)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if self.lanes == {LaneName.ARCHIVE} else at_once)
 
     def _poll(self, seconds: float) -> bool:
         """Wait on every query for a while; False once one stopped without an error (someone stopped it).
@@ -376,12 +380,12 @@ class StreamJob:
             self.inputs_checked_at = time.monotonic()
             self.realtime.refresh_inputs()
         if self.realtime.restart_if_changed():
-            self.queries["realtime"] = self.realtime.query
+            self.queries[LaneName.REALTIME] = self.realtime.query
 
     def _idle(self) -> bool:
         """No micro-batch query has data waiting or a trigger under way (a Real-time query always runs one)."""
         for lane, query in self.queries.items():
-            if lane == REALTIME:
+            if lane == LaneName.REALTIME:
                 continue
             state = query.status
             if state.get("isDataAvailable", False) or state.get("isTriggerActive", False):
@@ -399,10 +403,10 @@ class StreamJob:
             self.realtime.close()
             self.realtime.stop()
         deadline = time.monotonic() + STOP_BETWEEN_BATCHES_S
-        for lane in ("realtime", "delivery", "archive", "archive-log"):
+        for lane in (LaneName.REALTIME, LaneName.DELIVERY, LaneName.ARCHIVE, LaneName.ARCHIVE_LOG):
             query = self.queries.pop(lane, None)
             if query is not None and query.isActive:
-                if lane != REALTIME and not _between_batches(query, deadline):
+                if lane != LaneName.REALTIME and not _between_batches(query, deadline):
                     self.log(f"{lane} lane: its batch was still running {STOP_BETWEEN_BATCHES_S:.0f} s after the "
                              f"stop began: stopped in it (the next start runs it again)")
                 query.stop()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
 
+from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.registry import open_registry
 from skyfilter.filtering.input_schemas import InputSchemas, InputWatch
@@ -22,10 +23,12 @@ class LaneServices:
     """The pieces of one stream job that its delivery, real-time and archive lanes all use.
 
     The plan is shared through its cell: hot reload, quarantine and new input schema
-    versions swap a new plan in for every lane at once.
+    versions swap a new plan in for every lane at once.  The config is the job's: it
+    says where things are (Kafka, the registry, the run folder) and how lanes run.
     """
 
     spark: SparkSession
+    cfg: Config
     cell: PlanCell
     kafka_options: dict[str, str]  # the Kafka sink's connection settings
     monitor: StreamMonitor
@@ -46,13 +49,14 @@ class Lane:
     def __init__(self, services: LaneServices, name: str):
         self.services = services
         self.spark = services.spark
+        self.cfg = services.cfg
         self.cell = services.cell
         self.plan: StreamPlan = services.cell.current  # the plan of the batch under way (see take_plan)
         self.kafka_options = {**services.kafka_options, "kafka.client.id": f"skyfilter-{name}"}
         self.monitor = services.monitor
         self.totals = services.totals
         self.log = services.log
-        self.input_watch = InputWatch(self.plan.cfg, self.log, f"{name} lane")
+        self.input_watch = InputWatch(self.cfg, self.log, f"{name} lane")
 
     def take_plan(self) -> StreamPlan:
         """Take the plan in force now for the batch that starts (a swap never lands in the middle of a batch)."""
@@ -82,7 +86,7 @@ class Lane:
         if not (new and full):
             return new
         try:
-            registry = open_registry(plan.cfg, output=True)
+            registry = open_registry(self.cfg, output=True)
             for topic in full:
                 register_writers(registry, topic, new)
         except SkyfilterError as exc:
@@ -92,9 +96,9 @@ class Lane:
     def _with_reader(self, plan: StreamPlan, inputs: InputSchemas) -> StreamPlan:
         """``plan`` reading its input as ``inputs``' new reader: the outputs built from the reader (``nocutouts``,
         ``lite``) are registered anew, so they follow the input's newest version."""
-        template, _ = template_frame(self.spark, plan.cfg, inputs)
+        template, _ = template_frame(self.spark, self.cfg, inputs)
         try:
-            encodings = prepare_outputs(plan.cfg, template, inputs, plan.cutouts, plan.brokers, plan.filters)
+            encodings = prepare_outputs(self.cfg, template, inputs, plan.cutouts, plan.brokers, plan.filters)
         except SkyfilterError as exc:
             self.log(f"input schemas: {exc}; the outputs keep their schemas")
             encodings = plan.encodings

@@ -12,7 +12,6 @@ or counted twice.
 
 from __future__ import annotations
 
-import copy
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -80,7 +79,7 @@ class PlanReloader:
             brokers = load_brokers(self.brokers_file)
         except SkyfilterError as exc:
             self.log(f"reload: {exc}; the previous brokers stay in place")
-            brokers = [copy.deepcopy(b) for b in plan.brokers]
+            brokers = list(plan.brokers)
         watch = load_watch(self.cfg)
         template, _ = template_frame(self.spark, self.cfg, plan.inputs, watch)
         previous = {spec.name: spec for spec in plan.filters}
@@ -88,8 +87,8 @@ class PlanReloader:
                                                      previous)
         held = self.held_off()
         filters = [f for f in filters if held.get(f.name) != f.digest]
-        for broker in brokers:
-            broker.enabled_filters = [f for f in broker.enabled_filters if f in {spec.name for spec in filters}]
+        running = {spec.name for spec in filters}
+        brokers = [replace(b, enabled_filters=[f for f in b.enabled_filters if f in running]) for b in brokers]
         try:
             encodings = prepare_outputs(self.cfg, template, plan.inputs, plan.cutouts, brokers, filters)
         except SkyfilterError as exc:

@@ -10,8 +10,9 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -71,16 +72,14 @@ def probe_batch(spark, plan: StreamPlan, alerts: int = WARM_UP_ALERTS) -> DataFr
     return spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
 
 
-LANES = ("delivery", "realtime", "archive")
-
-
 @dataclass(frozen=True)
 class StreamPlan:
     """The settled inputs of one run of the stream job.
 
-    A plan never changes: hot reload, quarantine and new input schema versions
-    build a new one (``dataclasses.replace``) and swap it into the job's
-    :class:`PlanCell`.
+    A plan is a value that never changes: hot reload, quarantine and new input
+    schema versions build a new one (``dataclasses.replace``) and swap it into
+    the job's :class:`PlanCell`.  It holds the settings its queries are built
+    from, not the config: what a cache keys on is :attr:`value_key`.
     """
 
     name: str
@@ -89,7 +88,7 @@ class StreamPlan:
     schema: dict
     columns: AlertColumns
     filters: list[FilterSpec]
-    brokers: list[BrokerSpec]
+    brokers: list[BrokerSpec]  # each frozen; enabled_filters says which of its filters run
     encodings: dict[str, Encoding]
     cutouts: list[str]
     inputs: InputSchemas  # every writer schema of the topic, read as one reader schema
@@ -97,9 +96,15 @@ class StreamPlan:
     checkpoint: Path  # one checkpoint folder per lane inside (see lane_checkpoint)
     night_offset_hours: float
     problems: list[FilterProblem | str] = field(default_factory=list)
-    cfg: Config | None = None
     max_alert_bytes: int | None = None
+    filter_time_budget_s: float = 30.0  # stream.filter_time_budget_s: a Python filter's time per batch
     watch: Watch = field(default_factory=Watch)  # the watchlists and watchmaps filters may name, versions read now
+
+    @cached_property
+    def value_key(self) -> tuple:
+        """Everything the plan's queries are built from, as one hashable value: equal keys, same queries
+        (the problems it reports are left out)."""
+        return frozen_value({f.name: getattr(self, f.name) for f in fields(self) if f.name != "problems"})
 
     @property
     def deadletter_topic(self) -> str:
@@ -133,6 +138,21 @@ class StreamPlan:
         """Kafka rows of this topic, decoded without the cutouts, as filters see them (``filtering/decode.py``)."""
         return decode(raw, self.inputs, self.columns, self.night_offset_hours, self.max_alert_bytes,
                       self.reader_json)
+
+
+def frozen_value(value: object) -> object:
+    """``value`` as nested tuples that compare and hash by content (dataclasses by type and fields, mappings by
+    sorted items, paths as text)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, *(frozen_value(getattr(value, f.name)) for f in fields(value)))
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), frozen_value(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = tuple(frozen_value(v) for v in value)
+        return tuple(sorted(items, key=repr)) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, Path):
+        return str(value)
+    return value
 
 
 class PlanCell:
@@ -212,10 +232,9 @@ def resolve_filters(template: DataFrame, filters_dir: Path, brokers_file: Path,
     enabled = [s for s in valid if s.name in wanted]
     enabled_names = {s.name for s in enabled}
     known = {s.name for s in specs} | {p.path.stem for p in load_problems}
+    brokers = [with_enabled(broker, enabled, [f for f in broker.filters if f in enabled_names])
+               for broker in brokers]
     for broker in brokers:
-        broker.enabled_filters = [f for f in broker.filters if f in enabled_names]
-        uses = broker_uses(broker.enabled_filters, enabled)
-        broker.watch_matches = broker_matches(uses) if uses else ""
         for missing in (f for f in broker.filters if f not in known):
             problems.append(f"{brokers_file}:{broker.line}: broker '{broker.name}' names filter '{missing}', "
                             f"which is not in {filters_dir}")
@@ -223,6 +242,13 @@ def resolve_filters(template: DataFrame, filters_dir: Path, brokers_file: Path,
             problems.append(f"{brokers_file}:{broker.line}: broker '{broker.name}' has no working filter; "
                             f"it receives nothing until one is fixed")
     return enabled, brokers, problems
+
+
+def with_enabled(broker: BrokerSpec, filters: list[FilterSpec], names: list[str]) -> BrokerSpec:
+    """``broker`` running its filters ``names`` (of the stream's ``filters``), with the matches among the lists
+    and maps those use."""
+    uses = broker_uses(names, filters)
+    return replace(broker, enabled_filters=tuple(names), watch_matches=broker_matches(uses) if uses else "")
 
 
 def configured_cutouts(cfg: Config, definition: dict) -> list[str]:
@@ -269,4 +295,5 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
         name=name, topic=topic, schema_id=schema_id, schema=definition,
         columns=columns, filters=enabled, brokers=brokers, encodings=encodings, cutouts=cutouts, inputs=inputs,
         tables=table_paths(cfg, name), checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset,
-        problems=problems, cfg=cfg, max_alert_bytes=cfg.stream.max_alert_bytes, watch=watch)
+        problems=problems, max_alert_bytes=cfg.stream.max_alert_bytes,
+        filter_time_budget_s=cfg.stream.filter_time_budget_s, watch=watch)

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from skyfilter.core.errors import SkyfilterError
 
-REALTIME = "realtime"
+REALTIME = "realtime"  # the delivery trigger of Real-time Mode
+AVAILABLE_NOW = "availableNow"  # what the topic holds now, then stop (tests, replays)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Triggers:
     """How each lane is triggered."""
 
@@ -21,12 +22,12 @@ class Triggers:
 
     @property
     def available_now(self) -> bool:
-        return self.delivery == "availableNow"
+        return self.delivery == AVAILABLE_NOW
 
 
 def trigger_keywords(label: str) -> dict:
     """Keyword arguments of ``DataStreamWriter.trigger`` for a micro-batch trigger label."""
-    if label == "availableNow":
+    if label == AVAILABLE_NOW:
         return {"availableNow": True}
     return {"processingTime": duration(label)}
 

@@ -1,0 +1,170 @@
+"""The run plan: what a stream job decides before it starts, settled once from the config and the files, and the
+values it is made of (frozen brokers, plans compared by value, lanes named once).  Pure: no Kafka, no Spark."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import ROOT
+from skyfilter.core.brokers import BrokerSpec, load_brokers
+from skyfilter.core.config import Config
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.lanes import LANE_CHOICES, LaneName
+from skyfilter.core.memory import process_tree_rss
+from skyfilter.core.processes import command_line, is_running
+from skyfilter.core.status import LANES
+from skyfilter.plan.run_plan import BrokerNeeds, on_master, realtime_refusal, settle_run, with_slots
+from skyfilter.plan.slots import Slots
+from skyfilter.plan.stream_plan import frozen_value
+from skyfilter.plan.triggers import Triggers
+
+SQL = "SELECT * FROM alerts WHERE diaSource.psfFlux > 0"
+PY = ("from skyfilter import alert_filter\n\n"
+      "@alert_filter(columns=['diaSource.psfFlux'])\ndef f(flux):\n    return flux > 0\n")
+
+
+@pytest.fixture()
+def cfg(tmp_path) -> Config:
+    """The repository's config on a scratch state dir, with one SQL, one Python filter and three brokers."""
+    (tmp_path / "filters").mkdir()
+    (tmp_path / "filters" / "bright.sql").write_text(SQL)
+    (tmp_path / "filters" / "positive.py").write_text(PY)
+    (tmp_path / "brokers.yaml").write_text(
+        "brokers:\n  sql_only:\n    filters: [bright]\n    max_alerts_per_visit: null\n"
+        "  python:\n    filters: [positive]\n    max_alerts_per_visit: null\n"
+        "  capped:\n    filters: [bright]\n")
+    cfg = Config.load(ROOT / "conf" / "local.yaml")
+    for key, value in {"state_dir": str(tmp_path), "stream.filters_dir": str(tmp_path / "filters"),
+                       "stream.brokers": str(tmp_path / "brokers.yaml"), "stream.trigger": "0",
+                       "stream.tasks": "auto", "archive.process": "auto", "archive.tasks": 1}.items():
+        cfg.set(key, value)
+    return cfg
+
+
+@pytest.mark.parametrize("lane_choice, available_now, apart, here", [
+    ("both", False, True, frozenset({"delivery", "archive"})),
+    ("both", True, False, frozenset({"delivery", "archive"})),
+    ("delivery", False, False, frozenset({"delivery"})),
+    ("archive", False, False, frozenset({"archive"})),
+])
+def test_lanes_and_the_archives_place_are_settled_once(cfg, lane_choice, available_now, apart, here):
+    run, auto_line = settle_run(cfg, "night", lane_choice, available_now, "local[2]")
+    assert (run.lanes, run.archive_apart, auto_line) == (here, apart, "")
+    assert run.archive_here == (LaneName.ARCHIVE in here and not apart)
+    if available_now:
+        assert run.triggers == Triggers("availableNow", "availableNow", "", "availableNow")
+    slots = with_slots(run, cfg).slots  # micro-batches: no Kafka is asked
+    assert slots.delivery == (2 if LaneName.DELIVERY in here else 0)
+    assert (slots.archive, slots.archive_log) == ((1, 1) if run.archive_here else (0, 0))
+
+
+def test_a_run_plan_is_frozen(cfg):
+    run, _ = settle_run(cfg, "night", "both", False, "local[2]")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.archive_apart = False
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.triggers.delivery = "5s"
+
+
+def test_auto_sends_every_broker_to_real_time_mode_unless_a_setting_keeps_one_out(cfg):
+    cfg.set("stream.trigger", "auto")
+    run, line = settle_run(cfg, "night", "both", False, "local[2]")
+    assert run.realtime and not run.micro_batches and run.batch_brokers == ()
+    assert line == "trigger auto -> realtime: Real-time Mode serves every broker (SQL and Python filters, caps)"
+    cfg.set("stream.realtime.python_filters", False)
+    run, line = settle_run(cfg, "night", "both", False, "local[2]")
+    assert run.triggers.delivery == "0s" and not run.realtime and run.micro_batches
+    assert line == ("trigger auto -> 0: broker(s) python need micro-batches (stream.realtime settings): "
+                    "micro-batches back to back")
+
+
+def test_real_time_mode_leaves_brokers_to_micro_batches_by_one_rule(cfg):
+    cfg.set("stream.trigger", "realtime")
+    cfg.set("stream.realtime.caps", False)
+    run, _ = settle_run(cfg, "night", "delivery", False, "local[2]")
+    assert run.realtime and run.micro_batches
+    assert run.batch_brokers == (("capped", "a per-visit cap (stream.realtime.caps is off)"),)
+    cluster, _ = settle_run(cfg, "night", "delivery", False, "spark://127.0.0.1:7077")
+    assert [name for name, _ in cluster.batch_brokers] == ["python", "capped"]
+    assert dict(cluster.batch_brokers)["python"] == "Python filter(s) positive (the filter workers need a local master)"
+
+
+def test_the_one_rule_names_every_reason():
+    on = Config.load(ROOT / "conf" / "local.yaml").stream.realtime
+    assert realtime_refusal(BrokerNeeds(False), on, local_master=False) is None
+    assert realtime_refusal(BrokerNeeds(False, watch=True), on, local_master=False) == (
+        "watchlists or watchmaps (the filter workers need a local master)")
+    assert realtime_refusal(BrokerNeeds(True, ("a", "b"), True), on, local_master=True) is None
+
+
+def test_a_cluster_master_found_under_spark_submit_settles_the_run_again(cfg):
+    run = with_slots(settle_run(cfg, "night", "both", False, "local[2]")[0], cfg)
+    assert run.archive_apart and run.slots == Slots(2, 0, 0, 0)
+    assert on_master(run, cfg, "local[4]", 4) is run, "a local master: what was settled stands"
+    cluster = on_master(run, cfg, "spark://127.0.0.1:7077", 6)
+    assert not cluster.archive_apart and cluster.slots == Slots(6, 0, 1, 1)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("archive.process", "apart", "archive.process is 'apart': use auto, same or separate"),
+    ("stream.trigger", "fast", "'fast' is not a duration like 500ms, 5s or 1m"),
+    ("archive.trigger", "10 sec", "'10 sec' is not a duration like 500ms, 5s or 1m"),
+])
+def test_a_wrong_setting_is_one_line_before_anything_starts(cfg, key, value, message):
+    cfg.set(key, value)
+    with pytest.raises(SkyfilterError) as refused:
+        settle_run(cfg, "night", "both", False, "local[2]")
+    assert str(refused.value) == message
+
+
+def test_brokers_are_values(cfg):
+    first, second = load_brokers(cfg.path("stream.brokers")), load_brokers(cfg.path("stream.brokers"))
+    assert first == second and len({*first, *second}) == 3, "equal settings, equal (and hashable) brokers"
+    assert first[0].filters == ("bright",) and isinstance(BrokerSpec("b", ["x"], "t").enabled_filters, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first[0].enabled_filters = ("bright",)
+    assert dataclasses.replace(first[0], enabled_filters=["bright"]) != first[0]
+
+
+def test_frozen_values_compare_by_content():
+    @dataclasses.dataclass
+    class Part:
+        items: list
+        where: Path
+
+    one = {"b": Part([1, {"x": 2}], Path("/a")), "a": {3, 1}}
+    two = {"a": {1, 3}, "b": Part([1, {"x": 2}], Path("/a"))}
+    assert frozen_value(one) == frozen_value(two) and hash(frozen_value(one)) == hash(frozen_value(two))
+    two["b"].items[1]["x"] = 3
+    assert frozen_value(one) != frozen_value(two)
+
+
+def test_lanes_are_named_once():
+    assert [str(lane) for lane in LANES] == ["realtime", "delivery", "archive", "archive-log"]
+    assert LaneName("archive-log") is LaneName.ARCHIVE_LOG and f"{LaneName.DELIVERY:<9}|" == "delivery |"
+    assert LANE_CHOICES["both"] == {"delivery", "archive"}
+
+
+def test_processes_are_read_with_psutil(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert is_running(child.pid) and command_line(child.pid)[1:] == ["-c", "import time; time.sleep(30)"]
+        assert child.pid in process_tree_rss(child.pid)
+    finally:
+        child.kill()
+    assert child.wait(10) is not None
+    assert not is_running(child.pid) and command_line(child.pid) == [] and not is_running(None)
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while is_running(exited.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert psutil.Process(exited.pid).status() == psutil.STATUS_ZOMBIE, "exited, not yet reaped"
+    assert not is_running(exited.pid)
+    exited.wait(10)
