@@ -28,6 +28,11 @@ from skyfilter.core.kafka_local import LocalKafka, free_port_pair
 from skyfilter.core.wire import unframe
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every Spark driver JVM the tests start (pyspark's, spark-submit's, a stream job's and its archive process) compiles
+# with the JVM's first tier only: a test's JVM lives seconds to minutes, and the optimising compiler's work on 2 cores
+# was CPU the suite waited for (tests/test_stops.py: 307 -> 192 core-seconds).  What runs is unchanged; the demo and
+# the benchmarks keep the full compiler.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 # Tests that use these fixtures run real Kafka or Spark: the full suite (`make test`) only.
 REAL_COMPONENTS = {"kafka_cfg", "spark", "registry_url"}
 

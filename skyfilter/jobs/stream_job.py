@@ -20,8 +20,6 @@ import dataclasses
 import json
 import os
 import signal
-import sys
-import threading
 import time
 
 from pyspark.sql import SparkSession
@@ -40,6 +38,7 @@ from skyfilter.core.topics import ensure_topics, topic_partitions
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.delivery.micro_batches import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
 from skyfilter.delivery.realtime import RealtimeLane, broker_refusal, split_line
+from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.lanes.delivery_log import SummaryWriter, delivered_so_far
 from skyfilter.lanes.kafka_watch import InputArrivals, KafkaWatch
 from skyfilter.lanes.lane import LaneServices
@@ -85,23 +84,12 @@ class StreamJob:
         self.triggered: dict[str, str] = {}  # micro-batch lane -> the trigger its query was started with
         self.recovered: set[str] = set()
         self.inputs_checked_at = time.monotonic()
-        self.stop_signal: dict = {"signal": None}  # set by SIGTERM/SIGINT (see catch_stop_signals)
-        self.previous_handlers: dict = {}
+        self.signals = StopSignals()  # the first SIGTERM/SIGINT asks wait() for a clean stop
 
     # ----------------------------------------------------------------- start
-    def catch_stop_signals(self) -> dict:
-        """From now on SIGTERM/SIGINT ask for a clean stop (noted in ``stop_signal``, acted on by :meth:`wait`),
-        also while the lanes start; the handlers they replace (none outside the main thread)."""
-        if not self.previous_handlers and threading.current_thread() is threading.main_thread():
-            def on_signal(signum, _frame):
-                self.stop_signal["signal"] = signum
-
-            self.previous_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        return self.previous_handlers
-
     def start(self) -> None:
         """Start every lane asked for; the delivery lanes after the archive's tables exist."""
-        self.catch_stop_signals()
+        self.signals.catch()
         self._ensure_input_topic()
         self.summaries = SummaryWriter(self.cfg, self.plan.delivery_log_topic)
         if LaneName.ARCHIVE in self.lanes:
@@ -285,8 +273,7 @@ class StreamJob:
                  "master": context.master, "application_id": context.applicationId, "metrics_url": self.monitor.url,
                  "query_ids": {lane: str(q.id) for lane, q in self.queries.items()},
                  "archive_pid": self.archive_process.pid if self.archive_process else None}
-        stop = self.stop_signal
-        previous = self.catch_stop_signals()
+        self.signals.catch()
         started = time.time()
         watch = KafkaWatch(self.cfg, self.log).start()
         arrivals = InputArrivals(self.cfg, self.plan.topic) if self.realtime is not None and idle_s else None
@@ -304,8 +291,8 @@ class StreamJob:
                 outage = watch.over_limit()
                 if outage is not None:
                     raise outage
-                if stop["signal"] is not None:
-                    self.log(f"stopping on signal {signal.Signals(stop['signal']).name}" + (
+                if self.signals.received is not None:
+                    self.log(f"stopping on signal {signal.Signals(self.signals.received).name}" + (
                         ": the archive catches up with what was delivered (the same signal again stops at once)"
                         if self.archive is not None or self.archive_process is not None else ""))
                     drain = True
@@ -320,7 +307,7 @@ class StreamJob:
             watch.stop()
             if arrivals is not None:
                 arrivals.close()
-            self._second_signal_stops_at_once()
+            self.signals.second_stops_at_once(archive_only=self.lanes == {LaneName.ARCHIVE})
             try:
                 self.stop()
                 if self.archive_process is not None:
@@ -329,27 +316,7 @@ class StreamJob:
                 if drain and self.archive is not None:
                     self._drain_archive()
             finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-                self.previous_handlers = {}
-
-    def _second_signal_stops_at_once(self) -> None:
-        """While the lanes stop and the archive catches up, another SIGTERM/SIGINT ends the process at once.
-
-        An archive-only job (``--lane archive``, as a job's archive process) ignores a second SIGTERM: under
-        systemd's default ``KillMode=control-group`` it gets the operator's SIGTERM and then its parent's, and
-        must still finish its catch-up (its parent gives it ``archive.stop_timeout_s``); SIGINT still ends it.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def at_once(signum, _frame):
-            print(f"second {signal.Signals(signum).name}: stopping at once; the next start resumes from the "
-                  f"checkpoints", file=sys.stderr, flush=True)
-            os._exit(128 + signum)
-
-        signal.signal(signal.SIGINT, at_once)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN if self.lanes == {LaneName.ARCHIVE} else at_once)
+                self.signals.restore()
 
     def _poll(self, seconds: float) -> bool:
         """Wait on every query for a while; False once one stopped without an error (someone stopped it).
@@ -416,9 +383,7 @@ class StreamJob:
         if self.summaries is not None:
             self.summaries.close()
         self.monitor.close()
-        for sig, handler in self.previous_handlers.items():
-            signal.signal(sig, handler)
-        self.previous_handlers = {}
+        self.signals.restore()
 
     def failure(self, lane: str, exc: BaseException) -> SkyfilterError:
         """One line for the user; the whole error goes to a log file next to the status file."""
