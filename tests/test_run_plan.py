@@ -131,6 +131,8 @@ def test_brokers_are_values(cfg):
     with pytest.raises(dataclasses.FrozenInstanceError):
         first[0].enabled_filters = ("bright",)
     assert dataclasses.replace(first[0], enabled_filters=["bright"]) != first[0]
+    assert dataclasses.replace(first[0], line=99) == first[0], "moved in the file, the same broker"
+    assert first[0].delivery == ("sql_only", "filtered.sql_only", "full", "confluent", None, ())
 
 
 def test_frozen_values_compare_by_content():

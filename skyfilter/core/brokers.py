@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -33,7 +33,7 @@ class BrokerSpec:
     filters: tuple[str, ...]  # the broker's filters; a watchlist or watchmap subscription is 'watchlist:NAME'
     topic: str
     format: str = "full"
-    line: int = 1
+    line: int = field(default=1, compare=False)  # where it is in the brokers file (not part of its value)
     max_alerts_per_visit: int | None = DEFAULT_MAX_ALERTS_PER_VISIT  # None: no cap
     enabled_filters: tuple[str, ...] = ()  # its filters that work (set when a stream plan is made)
     encoding: str = "confluent"
@@ -42,6 +42,11 @@ class BrokerSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "filters", tuple(self.filters))
         object.__setattr__(self, "enabled_filters", tuple(self.enabled_filters))
+
+    @property
+    def delivery(self) -> tuple:
+        """What decides what and how the broker is sent: equal for two versions of it, nothing to restart."""
+        return self.name, self.topic, self.format, self.encoding, self.max_alerts_per_visit, self.enabled_filters
 
 
 class _LineLoader(yaml.SafeLoader):

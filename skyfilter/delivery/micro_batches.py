@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable
 from pyspark.sql import DataFrame, Observation
 
 from skyfilter.core.brokers import BrokerSpec
+from skyfilter.core.figures import DeliveryFigures, FilterReports
 from skyfilter.core.filter_loader import FilterSpec
 from skyfilter.core.lanes import LaneName
 from skyfilter.delivery.batch_figures import BatchMatches, read_matches
@@ -38,37 +39,42 @@ ONE_JOB_PER_BATCH = ("spark.sql.adaptive.enabled", "false")
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"  # the caps' window: as many tasks as the batch has
 
 
-def batch_stats(observed: dict, delivered: float, filters: list[FilterSpec], matches: BatchMatches) -> dict:
-    """A batch's figures from its observation and its ``matches`` (before the caps): counts, per filter and broker,
-    latency to ``delivered``, Python reports."""
-    ended_ms = delivered * 1000.0
+def batch_stats(observed: dict, delivered: float | None, filters: list[FilterSpec], matches: BatchMatches,
+                by_broker: dict[str, int], dropped: dict[str, int], sent: int) -> DeliveryFigures:
+    """A batch's figures from its observation, its ``matches`` per filter, and what the caps let through
+    (``by_broker``, ``dropped``, ``sent`` in all); latency up to ``delivered`` (None: records leave as they come,
+    so the batch has no one delivery time)."""
     appended = observed.get("appended_ms") or [None, None, None]
     python = [spec.name for spec in filters if spec.kind == "python"]
     reports = merge_reports(observed.get("python_reports") or [])
-    return {
-        "input_alerts": observed["input_alerts"], "rejected": observed["rejected"],
-        "latency": [None if q is None else ended_ms - q for q in reversed(appended)],
-        "latency_max": None if observed.get("first_ms") is None else ended_ms - observed["first_ms"],
-        "by_filter": matches.by_filter, "by_broker": matches.by_broker,
-        "errors": {name: r["error"] for name, r in reports.items() if r["error"]},
-        "samples": {name: r["sample"] for name, r in reports.items() if r["error"] and r["sample"]},
-        "seconds": {name: reports.get(name, {}).get("seconds", 0.0) for name in python},
-    }
+    if delivered is None:
+        latency, latency_max = (None, None, None), None
+    else:
+        ended_ms = delivered * 1000.0
+        latency = tuple(None if q is None else ended_ms - q for q in reversed(appended))
+        latency_max = None if observed.get("first_ms") is None else ended_ms - observed["first_ms"]
+    return DeliveryFigures(
+        input_alerts=observed["input_alerts"], rejected=observed["rejected"], latency=latency,
+        latency_max=latency_max, by_filter=matches.by_filter, by_broker=by_broker, dropped_by_broker=dropped,
+        matches=sent, reports=FilterReports(
+            errors={name: r["error"] for name, r in reports.items() if r["error"]},
+            samples={name: r["sample"] for name, r in reports.items() if r["error"] and r["sample"]},
+            seconds={name: reports.get(name, {}).get("seconds", 0.0) for name in python}))
 
 
 def summary_record(plan: StreamPlan, lane: str, run_id: str, batch_id: int, trigger: str, times: tuple,
-                   stats: dict, figures: dict, broker_visits: list[dict]) -> dict:
+                   stats: DeliveryFigures, figures: dict, broker_visits: list[dict]) -> dict:
     """The ``batch`` record of the delivery log: one ``metrics`` row and the batch's ``broker_visits``."""
     started, delivered, finished = times
-    p50, p95, p99 = stats["latency"]
+    p50, p95, p99 = stats.latency
     return {"stream": plan.name, "lane": lane, "query_id": checkpoint_query_id(plan.lane_checkpoint(lane)),
             "run_id": run_id, "batch_id": batch_id, "trigger": trigger, "started_at_ms": started * 1000,
             "delivered_at_ms": None if delivered is None else delivered * 1000, "finished_at_ms": finished * 1000,
-            "input_alerts": stats["input_alerts"], "rejected": stats["rejected"], "archived": None,
-            "matches": stats["matches"], "matches_by_broker": stats["by_broker"],
-            "matches_by_filter": stats["by_filter"], "filter_errors": stats["errors"],
+            "input_alerts": stats.input_alerts, "rejected": stats.rejected, "archived": None,
+            "matches": stats.matches, "matches_by_broker": stats.by_broker,
+            "matches_by_filter": stats.by_filter, "filter_errors": stats.reports.errors,
             "latency_p50_ms": p50, "latency_p95_ms": p95, "latency_p99_ms": p99,
-            "latency_max_ms": stats["latency_max"], **{k: figures[k] for k in (
+            "latency_max_ms": stats.latency_max, **{k: figures[k] for k in (
                 "input_rows_per_second", "processed_rows_per_second", "quarantined_filters")},
             "kafka_lag": {str(k): v for k, v in figures["kafka_lag"].items()}, "broker_visits": broker_visits}
 
@@ -134,17 +140,16 @@ class DeliveryLane(Lane):
         if not observed.get("input_alerts"):
             return
         matches = read_matches(observed, filters, brokers)
-        stats = batch_stats(observed, delivered, filters, matches)
         nights = dict(_visit_night(text) for text in observed.get("visits") or [])
         decision = self.caps.record(brokers, matches.by_slot_visit, nights)
-        stats["by_broker"] = {b.name: 0 for b in brokers if b.enabled_filters} | decision.delivered_by_broker
-        stats["dropped_by_broker"] = {b: n for b, n in decision.dropped_by_broker.items() if n}
-        stats["matches"] = decision.delivered
+        stats = batch_stats(observed, delivered, filters, matches,
+                            {b.name: 0 for b in brokers if b.enabled_filters} | decision.delivered_by_broker,
+                            {b: n for b, n in decision.dropped_by_broker.items() if n}, decision.delivered)
         if self.quarantine is not None:
-            self.quarantine.review(batch_id, stats)
+            self.quarantine.review(batch_id, stats.reports)
         quarantined = self.quarantine.quarantined() if self.quarantine is not None else []
         finished = time.time()
-        figures = self.monitor.batch_figures(LANE, batch_id, started, finished, stats["input_alerts"], quarantined)
+        figures = self.monitor.batch_figures(LANE, batch_id, started, finished, stats.input_alerts, quarantined)
         self.summaries.write(summary_record(self.plan, LANE, self.monitor.run_id, batch_id, self.trigger,
                                             (started, delivered, finished), stats, figures,
                                             [row._asdict() for row in decision.rows]))
@@ -154,21 +159,21 @@ class DeliveryLane(Lane):
         report_batch(self.log, LANE, batch_id, stats, self.plan.deadletter_topic, started, delivered)
 
 
-def report_batch(log, lane: str, batch_id: int, stats: dict, deadletter_topic: str, started: float,
+def report_batch(log, lane: str, batch_id: int, stats: DeliveryFigures, deadletter_topic: str, started: float,
                  delivered: float | None) -> None:
     """The log lines of a finished delivery batch."""
-    if stats.get("dropped_by_broker"):
+    if stats.dropped_by_broker:
         log(f"batch {batch_id}: over max_alerts_per_visit, not sent: " + ", ".join(
-            f"{broker} {count}" for broker, count in sorted(stats["dropped_by_broker"].items())))
-    for name, error in stats["errors"].items():
+            f"{broker} {count}" for broker, count in sorted(stats.dropped_by_broker.items())))
+    for name, error in stats.reports.errors.items():
         log(f"batch {batch_id}: Python filter '{name}' failed, no matches from it in this batch: {error}")
-    if stats["rejected"]:
-        log(f"batch {batch_id}: {stats['rejected']} message(s) could not be decoded; sent to '{deadletter_topic}' "
+    if stats.rejected:
+        log(f"batch {batch_id}: {stats.rejected} message(s) could not be decoded; sent to '{deadletter_topic}' "
             f"(the archive keeps them with their reason in its rejects table)")
-    p50, _, p99 = stats["latency"]
+    p50, _, p99 = stats.latency
     took = f"delivered in {delivered - started:.2f} s, " if delivered is not None else ""
     prefix = "batch" if lane == LANE else f"{lane} batch"
-    log(f"{prefix} {batch_id}: {stats['input_alerts']} alerts, {stats['matches']} matches, {took}"
+    log(f"{prefix} {batch_id}: {stats.input_alerts} alerts, {stats.matches} matches, {took}"
         f"latency p50 {_sec(p50)} p99 {_sec(p99)}")
 
 

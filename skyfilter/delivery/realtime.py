@@ -42,6 +42,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.figures import FilterReports
 from skyfilter.core.filter_loader import FilterSpec
 from skyfilter.core.lanes import LaneName
 from skyfilter.core.settings import Realtime
@@ -136,8 +137,7 @@ class RealtimeLane(Lane):
         watched = plan.watch.chosen(used_by(lane_filters(plan, self.brokers(plan))))
         return (tuple(sorted(plan.inputs.readable)), tuple(sorted(plan.inputs.reasons)),
                 tuple((v.kind, v.name, v.version) for v in watched),
-                *((b.name, b.topic, b.format, b.encoding, b.max_alerts_per_visit,
-                   tuple((f, digests.get(f)) for f in b.enabled_filters)) for b in self.brokers(plan)))
+                *((b.delivery, tuple(digests.get(f) for f in b.enabled_filters)) for b in self.brokers(plan)))
 
     def _rows(self, source: DataFrame, ledger: str, observed: bool = True) -> DataFrame:
         """The Kafka rows (broker topics, dead letters, delivery log) of the input rows ``source``.
@@ -286,9 +286,9 @@ class RealtimeLane(Lane):
             return
         running = self.query.lastProgress["batchId"] + 1 if self.query is not None and self.query.lastProgress \
             else 0
-        stats = {"errors": {name: r["error"] for name, r in failed.items()},
-                 "samples": {name: r["sample"] for name, r in failed.items() if r["sample"]}, "seconds": {}}
-        if self.quarantine.review(running, stats):
+        reports = FilterReports(errors={name: r["error"] for name, r in failed.items()},
+                                samples={name: r["sample"] for name, r in failed.items() if r["sample"]})
+        if self.quarantine.review(running, reports):
             self.restart_at_checkpoint = True
             self.checkpoint_passed.clear()
             self.log(f"realtime: the query goes on without them from its next checkpoint (within "
@@ -345,15 +345,13 @@ class RealtimeLane(Lane):
         brokers = self.brokers()
         filters = lane_filters(self.plan, brokers)
         observed = observed.asDict()
-        stats = batch_stats(observed, finished, filters, read_matches(observed, filters, brokers))
-        stats["latency"], stats["latency_max"] = [None, None, None], None  # records leave as they come
+        matches = read_matches(observed, filters, brokers)
         decision = realtime_broker_visits(visit_cap_counts(self.spark, self.ledger) if self.ledger else [], brokers)
         dropped = {name: n for name, n in decision.dropped_by_broker.items() if n}
-        stats["by_broker"] = {name: n - dropped.get(name, 0) for name, n in stats["by_broker"].items()}
-        stats["dropped_by_broker"] = dropped
-        stats["matches"] = sum(stats["by_broker"].values())
+        sent = {name: n - dropped.get(name, 0) for name, n in matches.by_broker.items()}
+        stats = batch_stats(observed, None, filters, matches, sent, dropped, sum(sent.values()))
         quarantined = self.quarantine.quarantined() if self.quarantine is not None else []
-        figures = self.monitor.batch_figures(LANE, progress.batchId, started, finished, stats["input_alerts"],
+        figures = self.monitor.batch_figures(LANE, progress.batchId, started, finished, stats.input_alerts,
                                              quarantined)
         self.summaries.write(summary_record(self.plan, LANE, self.monitor.run_id, progress.batchId,
                                             f"realtime {self.interval}", (started, None, finished), stats,

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_htt
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.figures import DeliveryFigures
 from skyfilter.core.lag import LatestOffsets, committed_offsets, lag_per_partition
 
 QUANTILES = {"0.5": 0, "0.95": 1, "0.99": 2}
@@ -143,26 +144,26 @@ class StreamMonitor:
         state.previous_start = started
         return {**rates, "kafka_lag": self.lag_after(lane, batch_id), "quarantined_filters": sorted(quarantined)}
 
-    def observe_delivery(self, lane: str, batch_id: int, stats: dict, figures: dict, started: float,
+    def observe_delivery(self, lane: str, batch_id: int, stats: DeliveryFigures, figures: dict, started: float,
                          delivered: float | None, finished: float, filter_names: list[str]) -> None:
         """Publish one completed batch of a delivery lane (``delivery`` or ``realtime``)."""
         s = self.stream
-        self._batch(lane, batch_id, stats["input_alerts"], figures, started, finished)
-        self.dead_letters.labels(s).inc(stats["rejected"])
-        for name, count in stats["by_filter"].items():
+        self._batch(lane, batch_id, stats.input_alerts, figures, started, finished)
+        self.dead_letters.labels(s).inc(stats.rejected)
+        for name, count in stats.by_filter.items():
             self.filter_matches.labels(s, name).inc(count)
-        for broker, count in stats["by_broker"].items():
+        for broker, count in stats.by_broker.items():
             self.broker_messages.labels(s, broker).inc(count)
-        for broker, count in stats.get("dropped_by_broker", {}).items():
+        for broker, count in stats.dropped_by_broker.items():
             self.broker_capped.labels(s, broker).inc(count)
         if delivered is not None:
             self.deliver_duration.labels(s, lane).set(delivered - started)
-        self._latency(lane, stats["latency"], stats["latency_max"])
+        self._latency(lane, list(stats.latency), stats.latency_max)
         self.quarantined = figures["quarantined_filters"]
         self.quarantined_count.labels(s).set(len(self.quarantined))
         for name in {*filter_names, *self.quarantined}:
             self.filter_quarantined.labels(s, name).set(1 if name in self.quarantined else 0)
-        self.lanes[lane].last_batch.update(matches=stats["matches"],
+        self.lanes[lane].last_batch.update(matches=stats.matches,
                                            deliver_s=None if delivered is None else delivered - started)
 
     def observe_archive(self, batch_id: int, stats: dict, figures: dict, started: float, finished: float,

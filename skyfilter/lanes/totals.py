@@ -6,6 +6,8 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
+from skyfilter.core.figures import DeliveryFigures
+
 
 @dataclass
 class StreamTotals:
@@ -27,20 +29,20 @@ class StreamTotals:
     after_checkpoint: int = 0  # alerts Real-time Mode read after its last checkpoint: delivered, not yet counted
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def add_delivery(self, stats: dict, started: float, finished: float) -> None:
-        """Count one delivery batch (its ``stats`` as the delivery lanes compute them)."""
+    def add_delivery(self, stats: DeliveryFigures, started: float, finished: float) -> None:
+        """Count one delivery batch."""
         with self.lock:
-            if stats["input_alerts"]:
+            if stats.input_alerts:
                 self.delivery_started = min(self.delivery_started or started, started)
                 self.delivery_finished = max(self.delivery_finished or finished, finished)
                 self.delivery_busy_s += finished - started
             self.batches += 1
-            self.input_alerts += stats["input_alerts"]
-            self.rejected += stats["rejected"]
-            self.matches_by_broker.update(stats["by_broker"])
-            self.matches_by_filter.update(stats["by_filter"])
-            self.dropped_by_cap.update(stats.get("dropped_by_broker", {}))
-            if stats["input_alerts"]:
+            self.input_alerts += stats.input_alerts
+            self.rejected += stats.rejected
+            self.matches_by_broker.update(stats.by_broker)
+            self.matches_by_filter.update(stats.by_filter)
+            self.dropped_by_cap.update(stats.dropped_by_broker)
+            if stats.input_alerts:
                 self.last_input_at = max(self.last_input_at, finished)
 
     def add_archive(self, archived: int, finished: float) -> None:

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from skyfilter.core.config import Config
+from skyfilter.core.figures import FilterReports
 from skyfilter.core.filter_loader import FilterProblem, load_filters
 from skyfilter.core.kafka_clients import client_settings
 from skyfilter.core.processes import write_whole
@@ -134,12 +135,12 @@ class Quarantine:
         """The filters quarantined now."""
         return sorted(s.name for s in self.states.values() if s.state == "quarantined")
 
-    def review(self, batch_id: int, stats: dict) -> list[str]:
+    def review(self, batch_id: int, reports: FilterReports) -> list[str]:
         """Quarantine every filter that failed or overran in this batch; returns their names."""
         running = {spec.name for spec in self.plan.filters}  # a filter already off is not quarantined twice
-        reasons = {name: (f"raised on batch {batch_id}: {error}", stats["samples"].get(name))
-                   for name, error in stats["errors"].items() if name in running}
-        for name, seconds in stats["seconds"].items():
+        reasons = {name: (f"raised on batch {batch_id}: {error}", reports.samples.get(name))
+                   for name, error in reports.errors.items() if name in running}
+        for name, seconds in reports.seconds.items():
             if seconds > self.budget and name not in reasons and name in running:
                 reasons[name] = (f"took {seconds:.1f} s on batch {batch_id}, over its {self.budget:g} s budget", None)
         if not reasons:

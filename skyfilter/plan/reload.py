@@ -109,8 +109,8 @@ def describe_changes(plan: StreamPlan, filters: list, brokers: list[BrokerSpec])
     """One line: the filters and brokers added, changed and removed."""
     before = {f.name: f.digest for f in plan.filters}
     after = {f.name: f.digest for f in filters}
-    old_brokers = {b.name: _broker_key(b) for b in plan.brokers}
-    new_brokers = {b.name: _broker_key(b) for b in brokers}
+    old_brokers = {b.name: b.delivery for b in plan.brokers}
+    new_brokers = {b.name: b.delivery for b in brokers}
     parts = []
     for label, old, new in (("filter", before, after), ("broker", old_brokers, new_brokers)):
         for verb, names in (("added", sorted(set(new) - set(old))),
@@ -133,6 +133,3 @@ def describe_watch(before: Watch, after: Watch, used: set[tuple[str, str]]) -> s
         parts.append(f"{key[0]} {key[1]} removed")
     return "; ".join(parts)
 
-
-def _broker_key(broker: BrokerSpec) -> tuple:
-    return (tuple(broker.enabled_filters), broker.topic, broker.format, broker.encoding, broker.max_alerts_per_visit)

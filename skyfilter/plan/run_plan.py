@@ -148,7 +148,9 @@ def settle_run(cfg: Config, name: str, lane_choice: str, available_now: bool, ma
     files alone (before Kafka is asked anything: a typo is one line at once), and the ``--trigger auto`` line
     ("" without it).  Its slots follow from :func:`with_slots`."""
     local = local_cores(master) is not None
-    needs = needs_from_files(cfg.path("stream.filters_dir"), cfg.path("stream.brokers"))
+    # only Real-time Mode (asked for, or maybe chosen by auto) needs each broker's needs read from the files
+    wanted = not available_now and cfg.stream.trigger.strip().lower() in ("auto", REALTIME)
+    needs = needs_from_files(cfg.path("stream.filters_dir"), cfg.path("stream.brokers")) if wanted else {}
     triggers, why = settle_triggers(cfg, available_now, needs, local)
     lanes = LANE_CHOICES[lane_choice]
     run = RunPlan(name, cfg.topics.alerts, lanes, archive_apart(cfg, lanes, available_now, local), triggers,
