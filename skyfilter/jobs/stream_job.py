@@ -153,7 +153,8 @@ class StreamJob:
             if realtime else (lambda broker, now: True),
             dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader,
             tasks=delivery_tasks(cfg, int(self.spark.sparkContext.defaultParallelism), self.slots))
-        self.delivery.warm_up()
+        if not self.triggers.available_now:  # a warm-up serves the first visit's latency; a drain has none
+            self.delivery.warm_up()
         self.monitor.add_lane(LaneName.DELIVERY, plan.lane_checkpoint(LaneName.DELIVERY), label)
         self._start_batches(LaneName.DELIVERY, label)
 
