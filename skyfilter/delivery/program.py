@@ -34,7 +34,7 @@ from skyfilter.plan.outgoing import (
     with_batch_id,
 )
 from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
-from skyfilter.spark.internals import PlanTemplate
+from skyfilter.spark.plan_template import PlanTemplate
 from skyfilter.spark.steps import JvmSteps, Step, apply_steps, drop
 
 _observation_ids = itertools.count()
@@ -111,7 +111,7 @@ class DeliveryProgram:
         """The Kafka rows of a batch of input rows, and the observation that will hold its figures.
 
         The first batch's query is built and analysed; later batches replay it on their rows
-        (:class:`~skyfilter.spark.internals.PlanTemplate`), with their id and the caps' memory.
+        (:class:`~skyfilter.spark.plan_template.PlanTemplate`), with their id and the caps' memory.
         """
         values = {BATCH_ID_COLUMN: str(batch_id), DELIVERED_BEFORE: caps.delivered_before(self.brokers)}
         if self._template is not None:
