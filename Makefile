@@ -18,7 +18,7 @@ MVN_FLAGS    := -q -B -Dmaven.repo.local=$(LOCAL)/m2 -Dkafka.version=$(KAFKA_VER
 help:
 	@echo "make demo   set up everything, then run a small simulated night end to end"
 	@echo "make test   set up everything, then run the test suite"
-	@echo "make test-fast  the pure-function tests alone (no Kafka, no Spark): seconds"
+	@echo "make test-fast  the tests without the shared Kafka and SparkSession: under a minute"
 	@echo "make docs   build the documentation site (MkDocs) into .local/site"
 	@echo "make bench  set up everything, then run every benchmark at full size (hours; BENCH=name for one)"
 	@echo "make notebook  open JupyterLab on notebooks/filter_authoring.ipynb"
@@ -60,7 +60,7 @@ demo: setup
 test: setup
 	$(PY) -m pytest tests --durations=15
 
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed $(LOCAL)/spark-conf/.installed  # one test runs a Spark job of its own
 	$(PY) -m pytest tests -m "not slow" -q
 
 docs: $(VENV)/.installed
