@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from skyfilter.core.cpu_share import IdleGroup, group_name, idle_group
-from skyfilter.core.processes import lower_priority
+from skyfilter.core.processes import lower_priority, wait_for_group
 from skyfilter.lanes.totals import StreamTotals
 
 JOB = "skyfilter.jobs.filter_stream"  # run with python -m: the installed job, wherever the package is
@@ -175,6 +175,8 @@ class ArchiveProcess:
             self.log(f"archive lane (pid {self.process.pid}) still draining at its time limit "
                      f"(archive.stop_timeout_s): stopped; it resumes from its checkpoints on the next start")
             code = None
+        if code is not None:  # its JVM ends after it, once its temporary folders are deleted
+            wait_for_group(self.process.pid, 15)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         code = self.process.wait(30) if code is None else code

@@ -99,6 +99,22 @@ def terminate(pids: list[int], timeout: float = 30.0) -> None:
             wait_for_exit(pid, 10)
 
 
+def wait_for_group(pgid: int, timeout: float) -> int:
+    """Wait up to ``timeout`` for every process of group ``pgid`` to end; returns how many are still running.
+
+    A Spark JVM whose Python has exited is still deleting its temporary folders (the job's jars, ~95 MB in
+    /tmp): killing it then leaves them behind for good.
+    """
+    def in_group(process: psutil.Process) -> bool:
+        try:
+            return os.getpgid(process.pid) == pgid
+        except OSError:
+            return False
+
+    _, alive = psutil.wait_procs([p for p in psutil.process_iter() if in_group(p)], timeout=timeout)
+    return len(alive)
+
+
 def wait_for_exit(pid: int, timeout: float) -> bool:
     """Wait until a process is gone (reaping it if it is our child)."""
     deadline = time.monotonic() + timeout
