@@ -45,11 +45,11 @@ from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.figures import FilterReports
 from skyfilter.core.filter_loader import FilterSpec
 from skyfilter.core.lanes import LaneName
-from skyfilter.core.settings import Realtime
 from skyfilter.delivery.batch_figures import figure_aggregates, read_matches
 from skyfilter.delivery.caps import realtime_broker_visits, realtime_cap_step
 from skyfilter.delivery.micro_batches import batch_stats, report_batch, summary_record
 from skyfilter.delivery.program import encode_and_narrow_steps, evaluate, lane_filters
+from skyfilter.delivery.realtime_split import broker_refusal
 from skyfilter.filtering.filter_errors import FilterErrorWatch, error_record
 from skyfilter.filtering.filter_eval import FilterSet, worker_filter_set
 from skyfilter.filtering.filter_workers import FilterWorkers
@@ -60,7 +60,6 @@ from skyfilter.lanes.kafka_watch import offsets_past_checkpoint
 from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.outgoing import message_steps, with_batch_id
 from skyfilter.plan.quarantine import Quarantine
-from skyfilter.plan.run_plan import BrokerNeeds, realtime_refusal
 from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan, probe_batch
 from skyfilter.plan.triggers import duration, seconds
 from skyfilter.spark.internals import (
@@ -80,26 +79,6 @@ SHORTEST_INTERVAL = "5 seconds"  # Spark's spark.sql.streaming.realTimeMode.minB
 FIRST_BOUNDARY_AHEAD_FROM_S = 30.0  # checkpoint intervals from which the first boundary is passed at start-up
 FILTER_ERROR_KEY = "filter_error"  # key of the delivery-log records of failing Python filters
 WARM_UP_LEDGER = ".warm-up"
-
-
-def broker_refusal(broker: BrokerSpec, plan: StreamPlan, settings: Realtime, local_master: bool = True
-                   ) -> str | None:
-    """Why a broker is not delivered in Real-time Mode under ``plan`` (None when it is): the rule of
-    :func:`~skyfilter.plan.run_plan.realtime_refusal` on the filters that work."""
-    return realtime_refusal(BrokerNeeds.in_plan(broker, plan.filters), settings, local_master)
-
-
-def split_line(plan: StreamPlan, settings: Realtime, local_master: bool = True) -> str:
-    """One line saying which brokers go in Real-time Mode and which in micro-batches, and why."""
-    live = [b for b in plan.brokers if b.enabled_filters]
-    reasons = {b.name: broker_refusal(b, plan, settings, local_master) for b in live}
-    fast = [b.name for b in live if reasons[b.name] is None]
-    slow = [f"{name} ({why})" for name, why in reasons.items() if why is not None]
-    line = f"realtime: {len(fast)} of {len(live)} broker(s) in Real-time Mode" + (f": {', '.join(fast)}" if fast
-                                                                                     else "")
-    if slow:
-        line += f"; in micro-batches beside it: {', '.join(slow)}"
-    return line
 
 
 class RealtimeLane(Lane):

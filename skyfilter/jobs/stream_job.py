@@ -37,7 +37,8 @@ from skyfilter.core.status import status_file
 from skyfilter.core.topics import ensure_topics, topic_partitions
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.delivery.micro_batches import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
-from skyfilter.delivery.realtime import RealtimeLane, broker_refusal, split_line
+from skyfilter.delivery.realtime import RealtimeLane
+from skyfilter.delivery.realtime_split import broker_refusal, split_line
 from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.lanes.delivery_log import SummaryWriter, delivered_so_far
 from skyfilter.lanes.kafka_watch import InputArrivals, KafkaWatch
