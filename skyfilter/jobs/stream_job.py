@@ -42,7 +42,7 @@ from skyfilter.delivery.realtime_split import broker_refusal, split_line
 from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.lanes.delivery_log import SummaryWriter, delivered_so_far
 from skyfilter.lanes.kafka_watch import InputArrivals, KafkaWatch
-from skyfilter.lanes.lane import LaneServices
+from skyfilter.lanes.lane import LaneServices, between_batches
 from skyfilter.lanes.lane_failures import failure_line, is_spark_55271
 from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.totals import StreamTotals
@@ -52,6 +52,7 @@ from skyfilter.plan.run_plan import RunPlan
 from skyfilter.plan.slots import check_realtime_slots, delivery_tasks, local_cores
 from skyfilter.plan.stream_plan import PlanCell, StreamPlan
 from skyfilter.plan.triggers import trigger_keywords
+from skyfilter.spark.session import scheduler_pool
 
 STOP_BETWEEN_BATCHES_S = 20.0  # how long a stop waits for the micro-batches under way to finish
 INPUT_CHECK_SECONDS = 2.0  # how often the main loop looks for new input schema versions for Real-time Mode
@@ -136,7 +137,7 @@ class StreamJob:
                                          self.triggers.realtime_interval, self.summaries, quarantine, local_master)
             self.monitor.add_lane(LaneName.REALTIME, plan.lane_checkpoint(LaneName.REALTIME),
                                   f"realtime {self.triggers.realtime_interval}")
-            with _pool(self.spark, LaneName.REALTIME):
+            with scheduler_pool(self.spark, LaneName.REALTIME):
                 self.realtime.warm_up()
                 self.realtime.pass_first_boundary()
                 self.queries[LaneName.REALTIME] = self.realtime.start()
@@ -182,7 +183,7 @@ class StreamJob:
         """
         batch_function, topics, bound, tasks = self._lane_function(lane)
         source = self._source(lane, topics).option("maxOffsetsPerTrigger", bound).load().coalesce(tasks)
-        with _pool(self.spark, LaneName.ARCHIVE if lane == LaneName.ARCHIVE_LOG else lane):
+        with scheduler_pool(self.spark, LaneName.ARCHIVE if lane == LaneName.ARCHIVE_LOG else lane):
             query = (source.writeStream.queryName(f"skyfilter_{lane}_{self.plan.name}").foreachBatch(batch_function)
                      .option("checkpointLocation", str(self.plan.lane_checkpoint(lane)))
                      .trigger(**trigger_keywords(trigger)).start())
@@ -375,7 +376,7 @@ class StreamJob:
         for lane in (LaneName.REALTIME, LaneName.DELIVERY, LaneName.ARCHIVE, LaneName.ARCHIVE_LOG):
             query = self.queries.pop(lane, None)
             if query is not None and query.isActive:
-                if lane != LaneName.REALTIME and not _between_batches(query, deadline):
+                if lane != LaneName.REALTIME and not between_batches(query, deadline):
                     self.log(f"{lane} lane: its batch was still running {STOP_BETWEEN_BATCHES_S:.0f} s after the "
                              f"stop began: stopped in it (the next start runs it again)")
                 query.stop()
@@ -390,28 +391,3 @@ class StreamJob:
     def failure(self, lane: str, exc: BaseException) -> SkyfilterError:
         """One line for the user; the whole error goes to a log file next to the status file."""
         return failure_line(self.plan.name, lane, exc, self.cfg.run_dir / f"filter_stream.{self.plan.name}.error.log")
-
-
-def _between_batches(query: StreamingQuery, deadline: float) -> bool:
-    """Wait until ``query`` is between two batches (its trigger idle), at most until ``deadline``; False if it
-    never was."""
-    while query.isActive and query.status.get("isTriggerActive", False):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
-
-class _pool:
-    """Jobs of a query started inside this block run in the given FAIR scheduler pool."""
-
-    def __init__(self, spark: SparkSession, name: str):
-        self.context = spark.sparkContext
-        self.name = name
-
-    def __enter__(self):
-        self.context.setLocalProperty("spark.scheduler.pool", self.name)
-
-    def __exit__(self, *_):
-        self.context.setLocalProperty("spark.scheduler.pool", None)
-

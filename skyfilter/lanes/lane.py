@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
@@ -118,3 +120,13 @@ class Lane:
                     if key.startswith("kafka.")}
         warm_up_kafka_clients(self.spark, settings, topics, input_topic,
                               f"{self.kafka_options['kafka.client.id']}-warm-up")
+
+
+def between_batches(query: StreamingQuery, deadline: float) -> bool:
+    """Wait until ``query`` is between two batches (its trigger idle), at most until ``deadline`` (monotonic);
+    False if it never was."""
+    while query.isActive and query.status.get("isTriggerActive", False):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True

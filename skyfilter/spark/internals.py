@@ -396,6 +396,3 @@ def logs_off(spark: SparkSession, level_after: str) -> Iterator[None]:
         yield
     finally:
         spark.sparkContext.setLogLevel(level_after)
-
-
-# ----------------------------------------------------------------------------------------------- a plan analysed once

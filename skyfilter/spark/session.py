@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from skyfilter.core.errors import SkyfilterError
@@ -132,6 +134,16 @@ def get_spark(app_name: str = "skyfilter", master: str | None = None, conf: dict
 
         pass_stop_signals_to(spark, os.getpid())
     return spark
+
+
+@contextmanager
+def scheduler_pool(spark, name: str) -> Iterator[None]:
+    """Jobs of a query started inside this block run in FAIR scheduler pool ``name`` (``conf/fairscheduler.xml``)."""
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
+    try:
+        yield
+    finally:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
 
 
 def under_spark_submit(spark) -> bool:
