@@ -25,7 +25,7 @@ help:
 	@echo "make lint   ruff check"
 	@echo "make clean  stop local Kafka and remove .local/ (the venv stays)"
 
-setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/.installed
+setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/.installed $(LOCAL)/jvm/spark-classes.jsa
 
 # Python: a virtualenv with the project installed (editable) at pinned versions.
 $(VENV)/.installed: setup.py conf/versions.env
@@ -53,6 +53,11 @@ $(LOCAL)/spark-conf/.installed: conf/spark-defaults.conf conf/spark-log4j2.prope
 	rm -rf $(SPARK_HOME)/conf && ln -s $(LOCAL)/spark-conf $(SPARK_HOME)/conf
 	$(PY) -m skyfilter.spark.session --install $(LOCAL)/spark-conf
 	touch $@
+
+# Spark's classes in a class-data sharing archive: the JVMs that jobs started from Python run (an archive lane's,
+# the test session's) map them instead of loading them, and start about 4 s sooner (skyfilter/spark/class_archive.py).
+$(LOCAL)/jvm/spark-classes.jsa: $(LOCAL)/spark-conf/.installed
+	$(PY) -m skyfilter.spark.session --class-archive
 
 demo: setup
 	$(VENV)/bin/skyfilter demo

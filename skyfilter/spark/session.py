@@ -22,6 +22,7 @@ from pathlib import Path
 
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.versions import PROJECT_ROOT, spark_packages
+from skyfilter.spark.class_archive import with_class_archive, write_class_archive
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 
@@ -126,7 +127,8 @@ def get_spark(app_name: str = "skyfilter", master: str | None = None, conf: dict
         builder = builder.master(master)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with with_class_archive():
+        spark = builder.getOrCreate()
     if DELTA_EXTENSION not in spark.sparkContext.getConf().get("spark.sql.extensions", ""):
         raise SkyfilterError("Spark defaults are not installed (no Delta extension): run `make setup`")
     if under_spark_submit(spark):
@@ -181,12 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--install", metavar="DIR",
                         help="resolve the connector packages and write spark-defaults.conf into DIR")
     parser.add_argument("--check", action="store_true", help="start Spark and prove the connectors load")
+    parser.add_argument("--class-archive", action="store_true",
+                        help="write the archive of Spark's classes that JVMs started from Python start with")
     args = parser.parse_args(argv)
     try:
         if args.install:
             print(install(Path(args.install)))
         if args.check:
             print(check())
+        if args.class_archive:
+            print(write_class_archive())
     except SkyfilterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
