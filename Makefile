@@ -25,7 +25,7 @@ help:
 	@echo "make lint   ruff check"
 	@echo "make clean  stop local Kafka and remove .local/ (the venv stays)"
 
-setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/.installed $(LOCAL)/jvm/spark-classes.jsa
+setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/.installed
 
 # Python: a virtualenv with the project installed (editable) at pinned versions.
 $(VENV)/.installed: setup.py conf/versions.env
@@ -47,17 +47,15 @@ $(LOCAL)/kafka/libs/.resolved: conf/kafka/pom.xml conf/versions.env
 # Spark: pyspark's own conf folder points to .local/spark-conf, which holds
 # conf/spark-defaults.conf plus the connector jars (Kafka, Avro, Delta) that
 # Spark's Ivy resolves once into .local/ivy; spark-submit and python agree.
+# Then Spark's classes go into a class-data sharing archive (.local/jvm/spark-classes.jsa):
+# the JVMs jobs start from Python (an archive lane's, the test session's) map them
+# instead of loading them, and start about 4 s sooner (skyfilter/spark/class_archive.py).
 $(LOCAL)/spark-conf/.installed: conf/spark-defaults.conf conf/spark-log4j2.properties conf/fairscheduler.xml \
                                 conf/versions.env $(VENV)/.installed $(wildcard skyfilter/spark/jvm/*.java)
 	mkdir -p $(LOCAL)/spark-conf
 	rm -rf $(SPARK_HOME)/conf && ln -s $(LOCAL)/spark-conf $(SPARK_HOME)/conf
-	$(PY) -m skyfilter.spark.session --install $(LOCAL)/spark-conf
+	$(PY) -m skyfilter.spark.session --install $(LOCAL)/spark-conf --class-archive
 	touch $@
-
-# Spark's classes in a class-data sharing archive: the JVMs that jobs started from Python run (an archive lane's,
-# the test session's) map them instead of loading them, and start about 4 s sooner (skyfilter/spark/class_archive.py).
-$(LOCAL)/jvm/spark-classes.jsa: $(LOCAL)/spark-conf/.installed
-	$(PY) -m skyfilter.spark.session --class-archive
 
 demo: setup
 	$(VENV)/bin/skyfilter demo

@@ -83,7 +83,8 @@ def with_class_archive() -> Iterator[None]:
 
 
 def write_class_archive(target: Path = CLASS_ARCHIVE) -> str:
-    """Run the Spark check in a JVM that writes the classes it loaded to ``target``; returns a summary."""
+    """Run the Spark check in a JVM that writes the classes it loaded to ``target``; returns the check's summary
+    and the archive's."""
     partial = target.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -97,5 +98,6 @@ def write_class_archive(target: Path = CLASS_ARCHIVE) -> str:
         tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
         raise SkyfilterError(f"writing the class archive {target} failed: " + " | ".join(tail))
     partial.replace(target)
-    return (f"class archive {target}: {target.stat().st_size / 2**20:.0f} MB written in "
+    checked = run.stdout.strip().splitlines()[-1]
+    return (f"{checked}; class archive {target}: {target.stat().st_size / 2**20:.0f} MB written in "
             f"{time.monotonic() - started:.0f} s")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.versions import PROJECT_ROOT, spark_packages
-from skyfilter.spark.class_archive import with_class_archive, write_class_archive
+from skyfilter.spark.class_archive import CLASS_ARCHIVE, with_class_archive, write_class_archive
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 
@@ -66,13 +66,15 @@ def driver_log_level() -> str:
     return "WARN"
 
 
-def install(target: Path) -> str:
-    """Resolve the connector packages once with Spark's Ivy, then pin the resolved jars."""
+def install(target: Path, check_now: bool = True) -> str:
+    """Resolve the connector packages once with Spark's Ivy, then pin the resolved jars; ``check_now``: prove they
+    load (writing the class archive runs the same check)."""
     import shutil
     import subprocess
 
     # Ivy copies the resolved jars into jars/ and never removes old ones: an upgrade would pin both versions.
     shutil.rmtree(IVY_DIR / "jars", ignore_errors=True)
+    CLASS_ARCHIVE.unlink(missing_ok=True)  # the classes of the jars pinned before
     write_spark_defaults(target)
     resolve = subprocess.run([sys.executable, "-m", "skyfilter.spark.session", "--check"], capture_output=True,
                              text=True)
@@ -81,7 +83,8 @@ def install(target: Path) -> str:
         raise SkyfilterError("resolving the Spark packages failed: " + " | ".join(tail))
     jars = sorted((IVY_DIR / "jars").glob("*.jar"))
     write_spark_defaults(target, [*jars, build_jvm_jar()])
-    return f"{len(jars)} connector jars and skyfilter's own pinned in {target / 'spark-defaults.conf'}; " + check()
+    pinned = f"{len(jars)} connector jars and skyfilter's own pinned in {target / 'spark-defaults.conf'}"
+    return f"{pinned}; {check()}" if check_now else pinned
 
 
 def build_jvm_jar(target: Path = JVM_JAR) -> Path:
@@ -184,11 +187,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="resolve the connector packages and write spark-defaults.conf into DIR")
     parser.add_argument("--check", action="store_true", help="start Spark and prove the connectors load")
     parser.add_argument("--class-archive", action="store_true",
-                        help="write the archive of Spark's classes that JVMs started from Python start with")
+                        help="write the archive of Spark's classes that JVMs started from Python start with (its run "
+                             "is the --check)")
     args = parser.parse_args(argv)
     try:
         if args.install:
-            print(install(Path(args.install)))
+            print(install(Path(args.install), check_now=not args.class_archive))
         if args.check:
             print(check())
         if args.class_archive:
