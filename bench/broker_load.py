@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from bench.filter_sets import CUTS
-from bench.harness import add_common_arguments, runs_table, settings_of
+from bench.harness import add_common_arguments, add_settings_argument, runs_table, settings_of
 
 TARGETS = {"realtime": {"p99_s": 0.2, "p999_s": 0.5, "python_p99_s": 1.0}, "0": {"p99_s": 2.0}}
 SPREAD_S = 0.95  # each second's alerts sent evenly over this much of it: a steady rate, not a burst per second
@@ -61,8 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="tight: ~1.5%% of alerts pass each filter, ~6%% each broker; loose: ~11%% and ~20%%, the "
                              "trigger sweep's uniform cuts (default tight)")
     parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[], dest="sets",
-                        help="a config setting of the benchmark and its streams (repeatable)")
+    add_settings_argument(parser, "a config setting of the benchmark and its streams")
     add_common_arguments(parser)
     return parser.parse_args(argv)
 

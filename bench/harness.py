@@ -24,6 +24,22 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def add_stream_arguments(parser: argparse.ArgumentParser,
+                         settings: str = "a config setting of the streams, e.g. --set archive.process=same") -> None:
+    """``--archive-trigger``, ``--log-trigger`` (the triggers of the archive lane's two queries: a benchmark
+    waits until both have taken in every alert, and a test on tiny inputs shortens them) and ``--set``."""
+    parser.add_argument("--archive-trigger", default=None, help="archive lane trigger (default: the config's)")
+    parser.add_argument("--log-trigger", default=None,
+                        help="trigger of the archive's delivery-log query (default: the config's archive.log_trigger)")
+    add_settings_argument(parser, settings)
+
+
+def add_settings_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--set KEY=VALUE`` (repeatable, into ``sets``): config settings of the benchmark's streams."""
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[], dest="sets",
+                        help=f"{what} (repeatable)")
+
+
 def add_warm_up_flag(parser: argparse.ArgumentParser, first_run: str) -> None:
     """``--warm-up/--no-warm-up``: whether ``first_run`` goes first, unmeasured, so the first measured run
     does not pay for a cold driver (JIT compilation, Python worker start-up)."""

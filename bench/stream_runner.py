@@ -86,16 +86,18 @@ class StreamRun:
 
 def start_stream(cfg: Config, spark, topic: str, name: str, filters_dir: Path, brokers_file: Path,
                  trigger: str = "0", max_offsets: int | None = None, sets: list[str] | None = None,
-                 start_timeout_s: float = 300, archive_trigger: str | None = None, lane: str = "both") -> StreamRun:
+                 start_timeout_s: float = 300, archive_trigger: str | None = None, lane: str = "both",
+                 log_trigger: str | None = None) -> StreamRun:
     """Start the stream job on ``topic`` (schema already registered) and return once it runs; ``lane``: both
-    lanes, or one (``--lane``)."""
+    lanes, or one (``--lane``); ``archive_trigger`` and ``log_trigger``: those of the archive's two queries."""
     from skyfilter.jobs.filter_stream import parse_args, run
 
     argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters_dir), "--brokers", str(brokers_file),
             "--trigger", trigger, "--wait-for-schema", "0", "--bootstrap", cfg.bootstrap_servers,
             "--state-dir", str(cfg.get("state_dir")), "--lane", lane] + (
                 ["--archive-trigger", archive_trigger] if archive_trigger else [])
-    for setting in ([f"stream.max_offsets_per_trigger={max_offsets}"] if max_offsets else []) + (sets or []):
+    for setting in ([f"stream.max_offsets_per_trigger={max_offsets}"] if max_offsets else []) + (
+            [f"archive.log_trigger={log_trigger}"] if log_trigger else []) + (sets or []):
         argv += ["--set", setting]
     stream = StreamRun(name)
 

@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.harness import add_common_arguments, runs_table, settings_of
+from bench.harness import add_common_arguments, add_stream_arguments, runs_table, settings_of
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,6 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="keep each night's input in Kafka only this long, as a telescope's alert topic would "
                              "(Kafka deletes older segments; the archive keeps every alert); default: the topics' "
                              "configured retention. Long runs need it to fit on one disk")
+    add_stream_arguments(parser)
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
@@ -88,7 +89,8 @@ def night(cfg, spark, args, schema: dict, alerts_per_visit: int, minutes: float,
     register_topic(cfg, topic, schema, settings=retention_settings(args.retention_minutes))
     check_disk(args.state_dir, cached, visits * per_visit, args.retention_minutes, per_visit / interval)
     trigger = args.trigger if args.trigger == "realtime" else f"{args.trigger}s"
-    stream = start_stream(cfg, spark, topic, name, filters, brokers, trigger)
+    stream = start_stream(cfg, spark, topic, name, filters, brokers, trigger, archive_trigger=args.archive_trigger,
+                          log_trigger=args.log_trigger, sets=args.sets)
     began = time.time()
     reports: list = []
     producer = threading.Thread(target=lambda: reports.append(send_source(

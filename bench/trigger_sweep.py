@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from bench.filter_sets import add_load_arguments
-from bench.harness import add_common_arguments, add_warm_up_flag, runs_table, settings_of
+from bench.harness import add_common_arguments, add_stream_arguments, add_warm_up_flag, runs_table, settings_of
 
 TARGETS_MS = {"realtime": 1000, "0": 5000}
 
@@ -51,12 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the brokers' format (default nocutouts)")
     parser.add_argument("--cap", default="none", help="alerts per visit and broker, or none (default none)")
     parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
-    parser.add_argument("--archive-trigger", default=None, help="archive lane trigger (default: the config's)")
-    parser.add_argument("--log-trigger", default=None,
-                        help="trigger of the archive's delivery-log query (default: the config's archive.log_trigger)")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[], dest="sets",
-                        help="a config setting of the streams, e.g. --set stream.realtime.checkpoint_interval=5m "
-                             "(repeatable)")
+    add_stream_arguments(parser, "a config setting of the streams, e.g. --set stream.realtime.checkpoint_interval=5m")
     add_load_arguments(parser)
     add_warm_up_flag(parser, "one visit of an earlier night through each stream (both lanes take it in)")
     add_common_arguments(parser)
@@ -85,7 +80,7 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
                                                      args.format, cap_value(args.cap))
     register_topic(cfg, topic, schema)
     stream = start_stream(cfg, spark, topic, name, filters, brokers, label, archive_trigger=args.archive_trigger,
-                          sets=([f"archive.log_trigger={args.log_trigger}"] if args.log_trigger else []) + args.sets)
+                          log_trigger=args.log_trigger, sets=args.sets)
     try:
         warm = 0
         if args.warm_up:

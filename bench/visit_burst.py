@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from bench.filter_sets import add_load_arguments
-from bench.harness import add_common_arguments, runs_table, settings_of
+from bench.harness import add_common_arguments, add_stream_arguments, runs_table, settings_of
 from bench.stream_runner import DELIVERY_LINE
 
 TARGET_S, STRETCH_S, ARCHIVE_TARGET_S = 12.0, 10.0, 60.0
@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "Mode; with --load broker the format is each broker's own, the cap that of the capped "
                              "ones)")
     parser.add_argument("--max-offsets", type=int, help="delivery maxOffsetsPerTrigger (default: the config's)")
-    parser.add_argument("--archive-trigger", default=None, help="archive lane trigger (default: the config's)")
+    add_stream_arguments(parser)
     parser.add_argument("--warm-up", type=int, default=1000, metavar="ALERTS",
                         help="alerts of an earlier night sent through the stream first, unmeasured, as a stream "
                              "running all night would be warm (default 1000; 0 = a cold stream)")
@@ -87,7 +87,7 @@ def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, index: int,
     filters, brokers = load_filter_set(args, args.state_dir / "filter_sets" / f"burst_{index}", fmt, cap)
     register_topic(cfg, topic, schema)
     stream = start_stream(cfg, spark, topic, name, filters, brokers, trigger, args.max_offsets,
-                          archive_trigger=args.archive_trigger)
+                          archive_trigger=args.archive_trigger, log_trigger=args.log_trigger, sets=args.sets)
     warm = 0
     try:
         if args.warm_up:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.filter_sets import add_load_arguments
-from bench.harness import add_common_arguments, add_warm_up_flag, runs_table, settings_of
+from bench.harness import add_common_arguments, add_stream_arguments, add_warm_up_flag, runs_table, settings_of
 
 LIST_NAME = "bench_sources"
 TARGET_RATIO = 1.2
@@ -55,10 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the generated brokers' format with --load uniform (default nocutouts)")
     parser.add_argument("--cap", default="none", help="alerts per visit and broker, or none (default none)")
     parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
-    parser.add_argument("--archive-trigger", default=None, help="archive lane trigger (default: the config's)")
-    parser.add_argument("--log-trigger", default=None, help="archive.log_trigger (default: the config's)")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[], dest="sets",
-                        help="a config setting of the streams (repeatable)")
+    add_stream_arguments(parser)
     add_load_arguments(parser)
     add_warm_up_flag(parser, "one visit of an earlier night through each stream")
     add_common_arguments(parser)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from conftest import decode_messages, stream_args, write_files
+from conftest import ARCHIVE_IN_THE_DRIVER, decode_messages, stream_args, write_files
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
@@ -42,7 +42,8 @@ def test_filters_and_brokers_change_while_the_stream_runs(kafka_cfg, spark, tmp_
     brokers.write_text(BROKERS)
     lines: list[str] = []
     args = stream_args(kafka_cfg, TOPIC, filters, brokers, extra=["--trigger", "1s", "--stop-when-idle", "15",
-                                                                  "--starting-offsets", "earliest"])
+                                                                  "--starting-offsets", "earliest",
+                                                                  *ARCHIVE_IN_THE_DRIVER])
     result = {}
     _produce(kafka_cfg, "2026-11-01", 1)
     stream = threading.Thread(target=lambda: result.setdefault("totals", run(args, spark, lines.append)))

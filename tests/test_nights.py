@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 from pyspark.sql import functions as F
 
-from conftest import NEGATIVE_PY, stream_args, stream_folder, write_files
+from conftest import ARCHIVE_IN_THE_DRIVER, NEGATIVE_PY, stream_args, stream_folder, write_files
 from skyfilter.archive.layout import archived_schema, with_cutouts
 from skyfilter.archive.night_reader import NightSelection, read_alerts
 from skyfilter.core.delivery import read_topic
@@ -179,7 +179,8 @@ def test_same_night_through_two_triggers_gives_a_latency_throughput_table(kafka_
         replay_night.run(replay_args(kafka_cfg, "--to-topic", topic, "--visits", "1-3", "--speed", "5"), spark,
                          lambda line: None)
         run(stream_args(kafka_cfg, topic, folder / "filters", folder / "brokers.yaml",
-                        extra=["--trigger", trigger, "--stop-when-idle", "3", "--starting-offsets", "earliest"]),
+                        extra=["--trigger", trigger, "--stop-when-idle", "3", "--starting-offsets", "earliest",
+                               *ARCHIVE_IN_THE_DRIVER]),
             spark, lambda line: None)
     rows = {row["stream"]: row for row in trigger_rows(spark, kafka_cfg, ["night.trigger0", "night.trigger2s"])}
     assert rows["night.trigger0"]["trigger"] == "0s" and rows["night.trigger2s"]["trigger"] == "2s"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_watch_units import brute_force_separation
 
-from conftest import consume_avro, decode_messages, stream_args, stream_folder
+from conftest import ARCHIVE_IN_THE_DRIVER, consume_avro, decode_messages, stream_args, stream_folder
 from skyfilter.cli import main as skyfilter
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.crossmatch import TOLERANCE_ARCSEC
@@ -203,7 +203,7 @@ def test_a_new_list_version_reaches_the_running_stream_and_replays_choose_a_vers
     write_list(folder / "agn_v1.csv", v1)
     lines: list[str] = []
     args = stream_args(cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
-                       extra=["--trigger", "1s", "--stop-when-idle", "20"])
+                       extra=["--trigger", "1s", "--stop-when-idle", "20", *ARCHIVE_IN_THE_DRIVER])
     stream = threading.Thread(target=lambda: run(args, spark, lines.append))
     stream.start()
     deadline = time.time() + 120
@@ -246,7 +246,7 @@ def test_realtime_mode_matches_lists_and_maps_through_the_filter_workers(night, 
     folder = stream_folder(tmp_path / "rt", {"in_region.py": FILTERS["in_region.py"]}, RT_BROKERS)
     job, lines = stream_process(cfg, TOPIC, folder, [
         "--name", "watch-rt", "--trigger", "realtime", "--lane", "delivery", "--stop-when-idle", "10",
-        "--starting-offsets", "earliest", "--set", "stream.realtime.checkpoint_interval=30s",
+        "--starting-offsets", "earliest", "--set", "stream.realtime.checkpoint_interval=10s",
         "--set", "monitoring.port=null"])
     assert job.wait(240) == 0, "\n".join(lines[-20:])
     from skyfilter.filtering.watch_store import latest
