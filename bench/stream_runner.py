@@ -27,6 +27,7 @@ class StreamRun:
     """A stream job running in a thread, and what it has said so far."""
 
     name: str
+    delivery_reports: bool = False  # its delivery lane prints a line per batch (micro-batches, not Real-time Mode)
     thread: threading.Thread | None = None
     lines: list[str] = field(default_factory=list)
     error: BaseException | None = None
@@ -42,11 +43,14 @@ class StreamRun:
         """Block until a lane has taken in ``expected`` alerts; raise if the stream fails or it times out.
 
         The archive lane is the default: it reads every alert, and a Real-time
-        delivery query reports only once per checkpoint interval.
+        delivery query reports only once per checkpoint interval.  Micro-batch
+        delivery must have reported them too: an archive lane in the driver may
+        take them in first, and the matches it logs are those reported.
         """
         deadline = time.monotonic() + timeout_s
         seen = 0
-        while (current := self.alerts_in(lane)) < expected or (lane == "archive" and not self._matches_logged()):
+        while (current := self.alerts_in(lane)) < expected or (lane == "archive" and not self._delivered_and_logged(
+                expected)):
             if on_progress and current > seen:
                 on_progress(current - seen)
                 seen = current
@@ -58,17 +62,26 @@ class StreamRun:
         if on_progress and self.alerts_in(lane) > seen:
             on_progress(self.alerts_in(lane) - seen)
 
-    def _matches_logged(self) -> bool:
-        """Whether the archive has logged every match the delivery lanes reported (the delivery log is read
-        by the archive lane after the alerts themselves may already be archived)."""
+    def _delivered_and_logged(self, expected: int) -> bool:
+        """Whether micro-batch delivery reported ``expected`` alerts and the archive logged every match the
+        delivery lanes reported (it reads the delivery log after the alerts themselves may be archived)."""
+        if self.delivery_reports and self.alerts_in("delivery") < expected:
+            return False
         lines = list(self.lines)
         delivered = sum(int(m[3]) for m in map(DELIVERY_LINE.match, lines) if m)
         return sum(int(m[2]) for m in map(LOG_LINE.match, lines) if m) >= delivered
 
     def stop(self, spark, timeout_s: float = 120) -> None:
-        """Stop the stream's query and wait for its thread."""
+        """Stop the stream's queries, each micro-batch query between two batches as the job's own stop does (a
+        Real-time query always runs one), and wait for its thread."""
+        from skyfilter.core.lanes import LaneName
+        from skyfilter.lanes.lane import between_batches
+
+        deadline = time.monotonic() + 30
         for query in spark.streams.active:
             if query.name and query.name.startswith("skyfilter_") and query.name.endswith(f"_{self.name}"):
+                if not query.name.startswith(f"skyfilter_{LaneName.REALTIME}_"):
+                    between_batches(query, deadline)
                 query.stop()
         if self.thread is not None:
             self.thread.join(timeout_s)
@@ -99,7 +112,7 @@ def start_stream(cfg: Config, spark, topic: str, name: str, filters_dir: Path, b
     for setting in ([f"stream.max_offsets_per_trigger={max_offsets}"] if max_offsets else []) + (
             [f"archive.log_trigger={log_trigger}"] if log_trigger else []) + (sets or []):
         argv += ["--set", setting]
-    stream = StreamRun(name)
+    stream = StreamRun(name, delivery_reports=trigger != "realtime" and lane != "archive")
 
     def body() -> None:
         try:

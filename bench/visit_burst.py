@@ -103,7 +103,7 @@ def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, index: int,
             raise RuntimeError(f"{report.failures} alerts were not produced: {report.visits[0].first_error}")
         stream.wait_for_alerts(report.alerts + warm, timeout_s=900)
         _wait_for_batch_records(spark, args.state_dir / "delta" / name / "metrics", report.visits[0].start,
-                                _delivery_batches_said(stream.lines[said_before:]))
+                                _delivery_batches_said(stream.lines[said_before:]), report.alerts)
     finally:
         stream.stop(spark)
     first_send = report.visits[0].start
@@ -129,13 +129,19 @@ def _delivery_batches_said(lines: list[str]) -> int:
     return sum(1 for m in map(DELIVERY_LINE.match, lines) if m and int(m[2]) > 0)
 
 
-def _wait_for_batch_records(spark, metrics: Path, first_send: float, expected: int, timeout_s: float = 60) -> None:
-    """Wait until the archive lane has stored the visit's delivery batch records in ``metrics``.
+def _wait_for_batch_records(spark, metrics: Path, first_send: float, delivery_batches: int, alerts: int,
+                            timeout_s: float = 60) -> None:
+    """Wait until the archive lane has stored the visit's batch records in ``metrics``: its ``delivery_batches``
+    delivery batches, and the archive batches that took in its ``alerts``.
 
-    It stores them from the delivery log, after the alerts themselves may already be archived.
+    It stores them from the delivery log, after the alerts themselves may already be archived (and an archive
+    lane in the driver stops with its queries, without the drain of the archive's own process).
     """
     deadline = time.monotonic() + timeout_s
-    while len(_batches(spark, metrics, first_send)[0]) < expected and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        delivery, archive = _batches(spark, metrics, first_send)
+        if len(delivery) >= delivery_batches and _visit_archived(archive, alerts) is not None:
+            return
         time.sleep(1)
 
 

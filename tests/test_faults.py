@@ -173,7 +173,7 @@ def test_kafka_down_at_start_and_lost_for_30_s(tmp_path_factory, spark, tmp_path
     topic = "outage.alerts"
     _filters(tmp_path)
     try:
-        stream, lines, result = _stream_in_background(cfg, spark, topic, tmp_path, idle_s=15)
+        stream, lines, result = _stream_in_background(cfg, spark, topic, tmp_path, idle_s=10)
         _wait_for(lines, "does not answer yet", 60)
         cluster.start()
         _produce_in_background(cfg, topic, visits=2, per_visit=40, interval_s=0)[0].join(120)

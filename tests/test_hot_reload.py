@@ -41,7 +41,7 @@ def test_filters_and_brokers_change_while_the_stream_runs(kafka_cfg, spark, tmp_
     brokers = tmp_path / "brokers.yaml"
     brokers.write_text(BROKERS)
     lines: list[str] = []
-    args = stream_args(kafka_cfg, TOPIC, filters, brokers, extra=["--trigger", "1s", "--stop-when-idle", "15",
+    args = stream_args(kafka_cfg, TOPIC, filters, brokers, extra=["--trigger", "1s", "--stop-when-idle", "10",
                                                                   "--starting-offsets", "earliest",
                                                                   *ARCHIVE_IN_THE_DRIVER])
     result = {}
