@@ -36,6 +36,7 @@ from skyfilter.core.versions import PROJECT_ROOT
 CLASS_ARCHIVE = PROJECT_ROOT / ".local" / "jvm" / "spark-classes.jsa"
 EMPTY_CONF = PROJECT_ROOT / ".local" / "jvm" / "empty-conf"  # Spark's conf folder on the class path, kept empty
 JVM_WARNINGS_TO_STDERR = "-Xlog:disable -Xlog:all=warning:stderr"  # stdout carries the job's own lines
+STEERING = ("SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT")  # a launch chosen by the user, or done
 
 
 def spark_conf_folder() -> Path:
@@ -60,8 +61,7 @@ def launch_environment(archive_option: str) -> dict[str, str]:
 def archive_usable() -> bool:
     """Whether a JVM launched from this Python process can start with the archive: it is installed, no JVM is
     running for this process yet, and nobody chose Spark's conf folder or launch arguments themselves."""
-    steered = {"SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT"} & set(os.environ)
-    return CLASS_ARCHIVE.is_file() and not steered
+    return CLASS_ARCHIVE.is_file() and not set(STEERING) & set(os.environ)
 
 
 @contextmanager
@@ -70,8 +70,9 @@ def with_class_archive() -> Iterator[None]:
     if not archive_usable():
         yield
         return
-    saved = {key: os.environ.get(key) for key in ("SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS", "SPARK_SUBMIT_OPTS")}
-    os.environ.update(launch_environment(f"-XX:SharedArchiveFile={CLASS_ARCHIVE}"))
+    launch = launch_environment(f"-XX:SharedArchiveFile={CLASS_ARCHIVE}")
+    saved = {key: os.environ.get(key) for key in launch}
+    os.environ.update(launch)
     try:
         yield
     finally:
@@ -89,8 +90,7 @@ def write_class_archive(target: Path = CLASS_ARCHIVE) -> str:
     partial.unlink(missing_ok=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT")}
+    env = {key: value for key, value in os.environ.items() if key not in STEERING}
     env |= launch_environment(f"-XX:ArchiveClassesAtExit={partial}")
     run = subprocess.run([sys.executable, "-m", "skyfilter.spark.session", "--check"], env=env,
                          capture_output=True, text=True)
