@@ -9,6 +9,8 @@ VENV         := $(ROOT)/.venv
 LOCAL        := $(ROOT)/.local
 PY           := $(VENV)/bin/python
 SPARK_HOME   := $(VENV)/lib/python$(PYTHON_VERSION)/site-packages/pyspark
+# uv installs the pinned packages as pip would (same versions), in about half pip's time; its cache stays in .local.
+UV_PIP       := UV_CACHE_DIR=$(LOCAL)/uv-cache $(PY) -m uv pip install -q --python $(PY)
 MVN_FLAGS    := -q -B -Dmaven.repo.local=$(LOCAL)/m2 -Dkafka.version=$(KAFKA_VERSION) \
                 -Dscala.binary.version=$(SCALA_BINARY_VERSION) -Dlog4j.version=$(LOG4J_VERSION) \
                 -Dslf4j.version=$(SLF4J_VERSION)
@@ -27,13 +29,13 @@ help:
 
 setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/.installed
 
-# Python: a virtualenv with the project installed (editable) at pinned versions.
+# Python: a virtualenv with the project installed (editable) at pinned versions, by uv (pinned too).
 $(VENV)/.installed: setup.py conf/versions.env
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python $(PYTHON_VERSION)"; exit 1; }
 	@command -v javac >/dev/null || { echo "error: javac not found; install OpenJDK 17 (apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	$(UV_PIP) --upgrade pip setuptools wheel -e '.[test]'
 	touch $@
 
 # Kafka broker jars from Maven Central (KRaft mode needs no ZooKeeper).
@@ -77,7 +79,7 @@ bench: setup
 
 # JupyterLab is only needed here, so it is installed on first use.
 $(VENV)/.notebook: setup.py $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[test,notebook]'
+	$(UV_PIP) -e '.[test,notebook]'
 	touch $@
 
 # What docker/Dockerfile runs: the developer set-up plus JupyterLab.

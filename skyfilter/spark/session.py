@@ -7,8 +7,9 @@ them, plus the lines that need absolute paths and pinned versions, to
 pipelines/filter_stream.py`` run with the same packages and settings.
 
 ``python -m skyfilter.spark.session --install DIR`` resolves the connector
-packages once with Spark's own Ivy (into ``.local/ivy``) and then pins the
-resolved jars with ``spark.jars``, so jobs start without resolving anything;
+packages once with Spark's own Ivy (into ``.local/ivy``; a ``spark-submit`` of a
+script that does nothing, no session) and then pins the resolved jars with
+``spark.jars``, so jobs start without resolving anything;
 ``--check`` proves Kafka, Avro and Delta load.
 """
 
@@ -69,15 +70,23 @@ def driver_log_level() -> str:
 def install(target: Path, check_now: bool = True) -> str:
     """Resolve the connector packages once with Spark's Ivy, then pin the resolved jars; ``check_now``: prove they
     load (writing the class archive runs the same check)."""
+    import os
     import shutil
     import subprocess
+    import tempfile
+
+    import pyspark
 
     # Ivy copies the resolved jars into jars/ and never removes old ones: an upgrade would pin both versions.
     shutil.rmtree(IVY_DIR / "jars", ignore_errors=True)
     CLASS_ARCHIVE.unlink(missing_ok=True)  # the classes of the jars pinned before
     write_spark_defaults(target)
-    resolve = subprocess.run([sys.executable, "-m", "skyfilter.spark.session", "--check"], capture_output=True,
-                             text=True)
+    with tempfile.TemporaryDirectory() as folder:  # spark-submit resolves the packages, then runs a script
+        nothing = Path(folder) / "resolve_only.py"  # that does nothing: no Spark session is started for it
+        nothing.write_text("")
+        resolve = subprocess.run([str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), str(nothing)],
+                                 capture_output=True, text=True,
+                                 env={**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent)})
     if resolve.returncode != 0:
         tail = (resolve.stderr or resolve.stdout).strip().splitlines()[-3:]
         raise SkyfilterError("resolving the Spark packages failed: " + " | ".join(tail))
