@@ -20,7 +20,15 @@ import time
 
 import fastavro
 
-from conftest import DATA, consume_avro, snr_as_string, stream_args, stream_folder, stream_process
+from conftest import (
+    ARCHIVE_IN_THE_DRIVER,
+    DATA,
+    consume_avro,
+    snr_as_string,
+    stream_args,
+    stream_folder,
+    stream_process,
+)
 from skyfilter.core.alert_columns import detect
 from skyfilter.core.avro_schemas import (
     avro_files,
@@ -137,7 +145,7 @@ def test_a_night_moving_from_10_0_to_11_1_while_the_stream_runs(kafka_cfg, spark
     registry = KafkaTopicRegistry(kafka_cfg)
     first_id = registry.register(subject_for(TOPIC), rubin_schema("10.0"), same_alerts=True)
     job, lines = stream_process(kafka_cfg, TOPIC, tmp_path, [
-        "--trigger", "realtime", "--archive-trigger", "2s", "--stop-when-idle", "15",
+        "--trigger", "realtime", *ARCHIVE_IN_THE_DRIVER, "--stop-when-idle", "15",
         "--set", "stream.realtime.checkpoint_interval=5s", "--set", "monitoring.port=null",
         "--set", "topics.alerts_partitions=2"])
     halves = []

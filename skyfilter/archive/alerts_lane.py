@@ -57,6 +57,7 @@ class ArchiveLane(Lane):
         self.raw = True  # the raw layout (message and index columns); False: an archive of decoded fields
         self.index_paths: list[str] = []  # the alert fields the raw layout decodes (prepare)
         self.readers: tuple = (None, "")  # (the input schemas, their index reader) of the last batch
+        self.recorded: set[int] = set()  # ids of the writer schemas in the schemas table
         # original messages never repeat: Parquet's dictionary would only cost time to try
         self.spark.conf.set("parquet.enable.dictionary#kafka_value", "false")
 
@@ -80,7 +81,7 @@ class ArchiveLane(Lane):
                          f"alerts keep that layout")
         self.index_paths = index_paths(self.spark, self.plan.columns)
         empty = self._decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
-        self._record_schemas(self.plan.inputs.readable)
+        self._record_schemas()
         columns = nullable(self._alerts(empty).schema)
         if is_table(self.spark, path):
             existing = self.spark.read.format("delta").load(str(path)).schema
@@ -102,14 +103,20 @@ class ArchiveLane(Lane):
         return decode(batch, plan.inputs, plan.columns, plan.night_offset_hours, plan.max_alert_bytes,
                       self.readers[1])
 
-    def _record_schemas(self, writers: dict[int, str]) -> None:
-        for schema_id, text in writers.items():
-            record_schema(self.spark, self.plan.tables["schemas"], schema_id, text)
+    def _record_schemas(self) -> None:
+        """Keep each readable writer schema in the schemas table.  Every readable one, not only those this lane's
+        own look adopted: in a driver shared with delivery, the lane that looks first adopts a new version for
+        both (they share the plan)."""
+        for schema_id, text in self.plan.inputs.readable.items():
+            if schema_id not in self.recorded:
+                record_schema(self.spark, self.plan.tables["schemas"], schema_id, text)
+                self.recorded.add(schema_id)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
-        self._record_schemas(self.refresh_inputs())
+        self.refresh_inputs()
         self.take_plan()
+        self._record_schemas()
         decoded = self._decode(batch)
         observation = Observation(f"archive_{next(_observation_ids)}")
         append(self._alerts(decoded.observe(observation, *archive_figures())), self.plan.tables["alerts"],
