@@ -47,7 +47,7 @@ def cluster_cfg(tmp_path_factory):
     cluster = LocalKafka(cfg, 3)
     cluster.start()
     yield cfg
-    cluster.stop(timeout=10)  # the last nodes of a quorum wait for each other; no need to in a test
+    cluster.stop(timeout=3)  # the last nodes of a quorum wait for each other; no need to in a test
 
 
 def _filters(folder) -> None:
@@ -118,7 +118,7 @@ def test_kafka_node_killed_mid_night(cluster_cfg, spark, tmp_path, fault_report)
     topic = "node.alerts"
     _filters(tmp_path)
     producer, reports = _produce_in_background(cluster_cfg, topic, visits=6, per_visit=40, interval_s=5.0)
-    stream, lines, result = _stream_in_background(cluster_cfg, spark, topic, tmp_path, idle_s=15)
+    stream, lines, result = _stream_in_background(cluster_cfg, spark, topic, tmp_path, idle_s=10)
     _wait_for(lines, "batch 0:")
 
     cluster = LocalKafka(cluster_cfg, 3)

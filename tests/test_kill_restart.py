@@ -17,7 +17,7 @@ from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
 
 TOPIC = "kill.alerts"
-VISITS = 20  # a minute of visits: alerts keep coming while the job is killed and restarted 3 times
+VISITS = 20  # 40 s of visits: alerts keep coming while the job is killed and restarted 3 times
 PRODUCED = VISITS * 30
 
 
@@ -70,7 +70,7 @@ def test_archive_is_exact_after_three_sigkills(kafka_cfg, spark, tmp_path, fault
     (tmp_path / "brokers.yaml").write_text("max_alerts_per_visit: null\nbrokers:\n  kill_b:\n    filters: [some]\n")
     produced = []
     producer = threading.Thread(target=lambda: produced.append(produce(kafka_cfg, ProduceOptions(
-        topic=TOPIC, visits=VISITS, alerts_per_visit=30, interval_s=3.0, stamps=True, seed=21, night="2026-11-12",
+        topic=TOPIC, visits=VISITS, alerts_per_visit=30, interval_s=2.0, stamps=True, seed=21, night="2026-11-12",
         progress=False), log=lambda line: None)))
     producer.start()
 

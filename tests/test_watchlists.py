@@ -203,7 +203,7 @@ def test_a_new_list_version_reaches_the_running_stream_and_replays_choose_a_vers
     write_list(folder / "agn_v1.csv", v1)
     lines: list[str] = []
     args = stream_args(cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
-                       extra=["--trigger", "1s", "--stop-when-idle", "20", *ARCHIVE_IN_THE_DRIVER])
+                       extra=["--trigger", "1s", "--stop-when-idle", "12", *ARCHIVE_IN_THE_DRIVER])
     stream = threading.Thread(target=lambda: run(args, spark, lines.append))
     stream.start()
     deadline = time.time() + 120
