@@ -30,6 +30,7 @@ from skyfilter.core.kafka_local import LocalKafka
 from skyfilter.core.memory import RssSampler, own_rss_mb
 from skyfilter.core.processes import wait_for_exit
 from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.core.spark_cluster import spark_home
 from skyfilter.producers.command import ProduceOptions, produce
 
 # What pipelines/filter_stream.py runs, wherever skyfilter is installed (found without importing Spark here).
@@ -38,11 +39,9 @@ STREAM_SCRIPT = Path(importlib.util.find_spec("skyfilter.jobs.filter_stream").or
 
 def spark_submit_env() -> dict[str, str]:
     """The environment of an activated venv: spark-submit finds pyspark through python3 on PATH."""
-    import pyspark
-
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
+    env["SPARK_HOME"] = str(spark_home())
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -131,10 +131,11 @@ def spark():
     session.stop()
 
 
-# For in-process streams whose archive's own process is not what a test is about: the archive lane in the
-# session's driver (one JVM, not two per stream) on 1 s triggers, so an idle stop need not wait for its 10 s and
-# 30 s defaults.  Streams an operator would run (faults, kills, stops, Real-time Mode end to end) keep the default;
-# the schema-evolution night runs it in the driver, beside Real-time Mode, a combination tested nowhere else.
+# For streams whose archive's own process is not what a test is about (in-process ones, the benchmarks'): the
+# archive lane in the session's driver (one JVM, not two per stream) on 1 s triggers, so an idle stop need not wait
+# for its 10 s and 30 s defaults.  Streams an operator would run (faults, kills, stops, Real-time Mode end to end)
+# keep the default; the schema-evolution night runs it in the driver, beside Real-time Mode, a combination tested
+# nowhere else.
 ARCHIVE_IN_THE_DRIVER = ["--archive-trigger", "1s", "--set", "archive.log_trigger=1s", "--set", "archive.process=same"]
 
 

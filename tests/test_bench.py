@@ -4,8 +4,8 @@ Every experiment runs against the session's Kafka and SparkSession, writes
 JSON, CSV, Markdown and a PNG, states its machine and command, reports peak
 memory, and appends one row to its ``bench_runs`` Delta table.  The archive's
 triggers are short here, and where the archive's own process is not what is
-measured (the trigger sweep and the broker load measure it) it runs in the
-stream's driver: each stream then starts one JVM, not two.
+measured (the broker load measures it) it runs in the stream's driver
+(``conftest.ARCHIVE_IN_THE_DRIVER``): each stream then starts one JVM, not two.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from bench.sustained import main as sustained
 from bench.trigger_sweep import main as trigger_sweep
 from bench.visit_burst import main as visit_burst
 from bench.watchlists import main as watchlists
-from conftest import DATA
+from conftest import ARCHIVE_IN_THE_DRIVER, DATA
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.topics import admin_client
@@ -74,8 +74,7 @@ def test_visit_burst_times_one_visit_to_its_last_delivery(kafka_cfg, spark, tmp_
     result = _run(visit_burst, "visit_burst", ["--alerts", "30", "--warm-up", "10", "--filters", "3", "--brokers", "2",
                                                "--producers", "2", "--no-stamps", "--runs", "0/full/2",
                                                "--python-filters", "1", "--capped-every", "1",
-                                               "--cuts", "loose", "--archive-trigger", "1s",
-                                               "--log-trigger", "1s", "--set", "archive.process=same"],
+                                               "--cuts", "loose", *ARCHIVE_IN_THE_DRIVER],
                   kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
     assert row["alerts"] == 30 and row["brokers"] == 2 and row["delivery_batches"] >= 1
@@ -88,8 +87,7 @@ def test_trigger_sweep_reports_latency_and_archive_lag_per_trigger(kafka_cfg, sp
     result = _run(trigger_sweep, "trigger_sweep",
                   ["--triggers", "1", "--warm-up", "--visits", "2", "--alerts-per-visit", "10",
                    "--visit-seconds", "1", "--filters", "2", "--brokers", "2", "--producers", "1", "--no-stamps",
-                   "--archive-trigger", "1s", "--log-trigger", "1s", "--set", "archive.process=same"],
-                  kafka_cfg, tmp_path, capsys)
+                   *ARCHIVE_IN_THE_DRIVER], kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
     assert row["trigger"] == "1s" and row["alerts"] == 20 and row["messages"] > 0
     assert 0 < row["p50_s"] <= row["p95_s"] <= row["p99_s"] <= row["max_s"]
@@ -103,8 +101,7 @@ def test_watchlists_compares_the_stream_with_and_without_a_list(kafka_cfg, spark
     result = _run(watchlists, "watchlists",
                   ["--sizes", "0,500", "--trigger", "1", "--no-warm-up", "--visits", "1", "--alerts-per-visit", "200",
                    "--visit-seconds", "1", "--filters", "2", "--brokers", "2", "--producers", "1", "--no-stamps",
-                   "--archive-trigger", "1s", "--log-trigger", "1s", "--set", "archive.process=same"],
-                  kafka_cfg, tmp_path, capsys)
+                   *ARCHIVE_IN_THE_DRIVER], kafka_cfg, tmp_path, capsys)
     none, listed = result["results"]
     assert (none["sources"], listed["sources"]) == (0, 500) and none["p99_vs_none"] == 1.0
     assert listed["match_rate"] == 0.01, "a source beside every 100th alert, the rest 2 arcsec dots over the sky"
@@ -135,8 +132,7 @@ def test_sustained_follows_both_lanes_lag_and_memory(kafka_cfg, spark, tmp_path,
     result = _run(sustained, "sustained",
                   ["--minutes", "0.05", "--visit-seconds", "1", "--alerts-per-visit", "10", "--filters", "2",
                    "--brokers", "2", "--producers", "1", "--cached-visits", "2", "--no-stamps",
-                   "--archive-trigger", "1s", "--log-trigger", "1s", "--set", "archive.process=same"],
-                  kafka_cfg, tmp_path, capsys)
+                   *ARCHIVE_IN_THE_DRIVER], kafka_cfg, tmp_path, capsys)
     [main] = result["results"]
     assert (main["alerts_per_visit"], main["visits"], main["alerts"]) == (10, 3, 30)
     assert main["delivery_max_lag"] >= 10 and main["archive_max_lag"] >= 10

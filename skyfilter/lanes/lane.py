@@ -65,8 +65,8 @@ class Lane:
         self.plan = self.cell.current
         return self.plan
 
-    def refresh_inputs(self, seen: list[int] | None = None) -> dict[int, str]:
-        """Adopt the input schema versions registered since the last look; returns the new readable ones.
+    def refresh_inputs(self, seen: list[int] | None = None) -> None:
+        """Adopt the input schema versions registered since the last look (for every lane sharing the plan).
 
         Called before each micro-batch: a producer registers a version before it
         sends alerts of it, so every id in the batch is known by then.  ``full``
@@ -86,14 +86,13 @@ class Lane:
         plan = self.cell.update(adopt)  # the lanes look from their own threads: one at a time
         full = [b.topic for b in plan.brokers if b.format == "full"]
         if not (new and full):
-            return new
+            return
         try:
             registry = open_registry(self.cfg, output=True)
             for topic in full:
                 register_writers(registry, topic, new)
         except SkyfilterError as exc:
             self.log(f"input schemas: {exc}")
-        return new
 
     def _with_reader(self, plan: StreamPlan, inputs: InputSchemas) -> StreamPlan:
         """``plan`` reading its input as ``inputs``' new reader: the outputs built from the reader (``nocutouts``,

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.spark_cluster import spark_home
 from skyfilter.core.versions import PROJECT_ROOT
 
 CLASS_ARCHIVE = PROJECT_ROOT / ".local" / "jvm" / "spark-classes.jsa"
@@ -41,9 +42,7 @@ STEERING = ("SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT")  # 
 
 def spark_conf_folder() -> Path:
     """pyspark's conf folder: the Spark defaults ``make setup`` installed (``.local/spark-conf``)."""
-    import pyspark
-
-    return (Path(pyspark.__file__).parent / "conf").resolve()
+    return (spark_home() / "conf").resolve()
 
 
 def launch_environment(archive_option: str) -> dict[str, str]:

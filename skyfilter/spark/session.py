@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.spark_cluster import spark_home
 from skyfilter.core.versions import PROJECT_ROOT, spark_packages
 from skyfilter.spark.class_archive import CLASS_ARCHIVE, with_class_archive, write_class_archive
 
@@ -75,8 +76,6 @@ def install(target: Path, check_now: bool = True) -> str:
     import subprocess
     import tempfile
 
-    import pyspark
-
     # Ivy copies the resolved jars into jars/ and never removes old ones: an upgrade would pin both versions.
     shutil.rmtree(IVY_DIR / "jars", ignore_errors=True)
     CLASS_ARCHIVE.unlink(missing_ok=True)  # the classes of the jars pinned before
@@ -84,9 +83,8 @@ def install(target: Path, check_now: bool = True) -> str:
     with tempfile.TemporaryDirectory() as folder:  # spark-submit resolves the packages, then runs a script
         nothing = Path(folder) / "resolve_only.py"  # that does nothing: no Spark session is started for it
         nothing.write_text("")
-        resolve = subprocess.run([str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), str(nothing)],
-                                 capture_output=True, text=True,
-                                 env={**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent)})
+        resolve = subprocess.run([str(spark_home() / "bin" / "spark-submit"), str(nothing)], capture_output=True,
+                                 text=True, env={**os.environ, "SPARK_HOME": str(spark_home())})
     if resolve.returncode != 0:
         tail = (resolve.stderr or resolve.stdout).strip().splitlines()[-3:]
         raise SkyfilterError("resolving the Spark packages failed: " + " | ".join(tail))
@@ -103,14 +101,12 @@ def build_jvm_jar(target: Path = JVM_JAR) -> Path:
     import tempfile
     import zipfile
 
-    import pyspark
-
     javac = shutil.which("javac")
     if javac is None:
         raise SkyfilterError("javac not found: install a JDK 17 (apt-get install openjdk-17-jdk-headless)")
     sources = sorted(JVM_SOURCES.glob("*.java"))
     with tempfile.TemporaryDirectory() as classes:
-        built = subprocess.run([javac, "--release", "17", "-nowarn", "-cp", f"{Path(pyspark.__file__).parent}/jars/*",
+        built = subprocess.run([javac, "--release", "17", "-nowarn", "-cp", f"{spark_home()}/jars/*",
                                 "-d", classes, *map(str, sources)], capture_output=True, text=True)
         if built.returncode != 0:
             raise SkyfilterError(f"compiling {JVM_SOURCES} failed: {built.stderr.strip().splitlines()[0]}")
