@@ -141,7 +141,8 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
         running = ", ".join(f"{lane} (trigger {_label(job, lane)})" for lane in LANE_ORDER
                             if lane in job.queries or (lane == LaneName.ARCHIVE and job.archive is not None))
         if run_plan.archive_apart:
-            if not job.archive_process.wait_until_running(ARCHIVE_START_S, lambda: job.signals.received):
+            if not job.archive_process.wait_until_running(ARCHIVE_START_S, lambda: job.signals.received
+                                                       or job.kafka.over_limit() is not None):
                 log(f"archive lane (process {job.archive_process.pid}) not running yet: delivery goes on, the "
                     f"archive catches up once it runs")
             running += f", archive (trigger {run_plan.triggers.archive}, process {job.archive_process.pid})"

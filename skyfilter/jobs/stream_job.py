@@ -87,11 +87,13 @@ class StreamJob:
         self.recovered: set[str] = set()
         self.inputs_checked_at = time.monotonic()
         self.signals = StopSignals()  # the first SIGTERM/SIGINT asks wait() for a clean stop
+        self.kafka = KafkaWatch(cfg, log)  # from start() on, so an outage is reported whatever the job waits for
 
     # ----------------------------------------------------------------- start
     def start(self) -> None:
         """Start every lane asked for; the delivery lanes after the archive's tables exist."""
         self.signals.catch()
+        self.kafka.start()
         self._ensure_input_topic()
         self.summaries = SummaryWriter(self.cfg, self.plan.delivery_log_topic)
         if LaneName.ARCHIVE in self.lanes:
@@ -278,7 +280,6 @@ class StreamJob:
                  "archive_pid": self.archive_process.pid if self.archive_process else None}
         self.signals.catch()
         started = time.time()
-        watch = KafkaWatch(self.cfg, self.log).start()
         arrivals = InputArrivals(self.cfg, self.plan.topic) if self.realtime is not None and idle_s else None
         drain = False
         try:
@@ -291,7 +292,7 @@ class StreamJob:
                 self._reload_realtime()
                 if self.archive_process is not None:
                     self.archive_process.check()
-                outage = watch.over_limit()
+                outage = self.kafka.over_limit()
                 if outage is not None:
                     raise outage
                 if self.signals.received is not None:
@@ -300,14 +301,13 @@ class StreamJob:
                         if self.archive is not None or self.archive_process is not None else ""))
                     drain = True
                     break
-                if idle_s is not None and self._idle() and watch.down_since is None \
-                        and time.time() - max(started, self.totals.last_input_at, watch.back_at,
+                if idle_s is not None and self._idle() and self.kafka.down_since is None \
+                        and time.time() - max(started, self.totals.last_input_at, self.kafka.back_at,
                                               arrivals.last_growth() if arrivals else 0.0) > idle_s:
                     self.log(f"no new alerts for {idle_s:.0f} s: stopping")
                     drain = True
                     break
         finally:
-            watch.stop()
             if arrivals is not None:
                 arrivals.close()
             self.signals.second_stops_at_once(archive_only=self.lanes == {LaneName.ARCHIVE})
@@ -382,7 +382,9 @@ class StreamJob:
                 query.stop()
 
     def close(self) -> None:
-        """Stop the metrics endpoint and the summary producer; give SIGTERM/SIGINT their handlers back."""
+        """Stop the Kafka watch, the metrics endpoint and the summary producer; give SIGTERM/SIGINT their
+        handlers back."""
+        self.kafka.stop()
         if self.summaries is not None:
             self.summaries.close()
         self.monitor.close()
