@@ -23,11 +23,13 @@ SHOW = ("import json\n"
         "spark = get_spark('class-archive', conf={'spark.ui.enabled': 'false'})\n"
         "conf = spark.sparkContext.getConf()\n"
         f"print(json.dumps({{key: conf.get(key) for key in {SETTINGS!r}}}))\n"
-        "print(spark.sparkContext._jvm.System.getProperty('java.class.path').split(':')[0])\n")
+        "entries = spark.sparkContext._jvm.System.getProperty('java.class.path').split(':')\n"
+        "print(next(e for e in entries if not e.endswith(('.jar', '*'))))\n")  # the conf folder
 
 
 def _start(tmp_path, name: str, **env: str) -> tuple[dict, str, dict[str, str]]:
-    """Start a session in a Python process of its own; its settings, first class-path entry and class sources."""
+    """Start a session in a Python process of its own; its settings, the folder on its class path (Spark's conf
+    folder) and its class sources."""
     loaded = tmp_path / f"{name}.classes.log"
     own = {key: value for key, value in os.environ.items() if not key.startswith("PYSPARK_")}
     run = subprocess.run([sys.executable, "-c", SHOW], capture_output=True, text=True, timeout=300,

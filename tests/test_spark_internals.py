@@ -6,6 +6,8 @@ probe that fails shows the function, the Spark version and why skyfilter needs i
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
@@ -173,6 +175,25 @@ def probe_pass_stop_signals_to(spark):
         stand_in.wait()
 
 
+def probe_announce_query_stop(spark):
+    """A stopped query's write abort, logged on its own thread, reaches the log file at DEBUG and not the console."""
+    from skyfilter.spark.session import SPARK_LOG
+
+    run_id, marker = str(uuid.uuid4()), f"Data source write support probe-{uuid.uuid4()} is aborting."
+    internals.announce_query_stop(spark, run_id)
+    jvm = spark.sparkContext._jvm
+    thread = jvm.java.lang.Thread.currentThread()
+    name = thread.getName()
+    thread.setName(f"stream execution thread for probe [id = x, runId = {run_id}]")
+    try:
+        jvm.org.apache.logging.log4j.LogManager.getLogger(
+            "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec").error(marker)
+    finally:
+        thread.setName(name)
+    logged = [line for line in SPARK_LOG.read_text().splitlines() if marker in line]
+    assert logged and logged[0].split()[2] == "DEBUG", logged
+
+
 PROBES = {
     "active_context": probe_active_context, "driver_jvm_pid": probe_driver_jvm_pid,
     "observation_ready": probe_observation_ready, "warm_up_kafka_clients": probe_warm_up_kafka_clients,
@@ -190,12 +211,12 @@ PROBES = {
     "close_visit_caps": probe_visit_cap_functions,
     "register_python_filter_call": probe_python_filter_functions, "arrow_schema_of": probe_python_filter_functions,
     "PlanTemplate.of": probe_template, "PlanTemplate.apply": probe_template,
-    "pass_stop_signals_to": probe_pass_stop_signals_to,
+    "pass_stop_signals_to": probe_pass_stop_signals_to, "announce_query_stop": probe_announce_query_stop,
 }
 
 
 def test_every_private_call_has_a_probe_and_a_reason():
-    assert set(INTERNALS) == set(PROBES), "a function of spark_internals.py without a probe here, or the reverse"
+    assert set(INTERNALS) == set(PROBES), "a function of spark/internals.py without a probe here, or the reverse"
     assert all(len(why) > 30 for why in INTERNALS.values())
 
 
@@ -215,7 +236,7 @@ def test_a_broken_private_call_is_one_line_naming_it_and_its_reason(spark):
         with pytest.raises(SparkInternalsError) as raised:
             gone(spark)
         message = str(raised.value)
-        assert "spark_internals" in message and "gone" in message and "Spark 4." in message
+        assert "internals.test_a_broken" in message and "gone" in message and "Spark 4." in message
         assert "it is a probe of the error message" in message and "\n" not in message
     finally:
         INTERNALS.pop(next(name for name in INTERNALS if name.endswith("gone")))

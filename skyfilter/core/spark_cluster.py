@@ -20,9 +20,13 @@ from pathlib import Path
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.processes import first_error, launch, port_in_use, running_pid, terminate
+from skyfilter.core.versions import PROJECT_ROOT
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+# skyfilter's own JVM classes (skyfilter/spark/jvm: the visit cap ledger, the log policy every Spark JVM's
+# logging uses), built by `make setup`
+JVM_JAR = PROJECT_ROOT / ".local" / "jvm" / "skyfilter-spark.jar"
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,8 @@ class SparkStandalone:
         daemon.folder.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP=self.host,
                    SPARK_DAEMON_MEMORY=self.daemon_memory, SPARK_LOG_DIR=str(daemon.folder),
-                   SPARK_DAEMON_JAVA_OPTS=daemon.marker, PYSPARK_PYTHON=sys.executable)
+                   SPARK_DAEMON_JAVA_OPTS=daemon.marker, PYSPARK_PYTHON=sys.executable,
+                   SPARK_DAEMON_CLASSPATH=str(JVM_JAR))  # the daemons read the same log4j2.properties
         return daemon, launch(command, daemon.pid_file, daemon.log_file, cwd=daemon.folder, env=env)
 
     def _wait(self, ready, started, timeout_s: float, what: str) -> None:

@@ -63,14 +63,13 @@ from skyfilter.plan.quarantine import Quarantine
 from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan, probe_batch
 from skyfilter.plan.triggers import duration, seconds
 from skyfilter.spark.internals import (
+    announce_query_stop,
     close_visit_caps,
-    logs_off,
     open_visit_caps,
     register_python_filter_call,
     register_visit_cap,
     visit_cap_counts,
 )
-from skyfilter.spark.session import driver_log_level
 from skyfilter.spark.steps import apply_steps
 
 LANE = LaneName.REALTIME
@@ -341,15 +340,15 @@ class RealtimeLane(Lane):
         report_batch(self.log, LANE, progress.batchId, stats, self.plan.deadletter_topic, started, None)
 
     def stop(self) -> None:
-        """Stop the query, without the stack traces Spark logs for each of its interrupted long-lived tasks; the
-        alerts it read since its last checkpoint are noted in the totals (its figures come at checkpoints)."""
+        """Stop the query; the alerts it read since its last checkpoint are noted in the totals (its figures come
+        at checkpoints).  Its long-lived tasks are killed: what they log of it goes to the log file only
+        (``skyfilter/spark/jvm/ExpectedCancellations.java``)."""
         if self.query is None or not self.query.isActive:
             return
         self.totals.after_checkpoint = offsets_past_checkpoint(self.cfg, self.plan.lane_checkpoint(LANE),
                                                                self.plan.topic)
-        with logs_off(self.spark, driver_log_level()):
-            self.query.stop()
-            time.sleep(0.5)  # the tasks log their interruption just after the query ends
+        announce_query_stop(self.spark, str(self.query.runId))
+        self.query.stop()
 
     def close(self) -> None:
         """Stop listening for progress and filter errors; close the visit cap ledger (its file stays)."""

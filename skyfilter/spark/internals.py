@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +56,7 @@ def internal(why: str):
                 from pyspark import __version__
 
                 raise SparkInternalsError(
-                    f"spark_internals.{function.__qualname__}: Spark {__version__} no longer has what it uses "
+                    f"internals.{function.__qualname__}: Spark {__version__} no longer has what it uses "
                     f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); it is needed because "
                     f"{why} (skyfilter/spark/internals.py)") from exc
         return checked
@@ -167,6 +167,14 @@ def close_visit_caps(spark: SparkSession, ledger: str) -> None:
 def register_python_filter_call(spark: SparkSession) -> None:
     """Register the SQL function that calls a stream's Python filter workers alert by alert."""
     _jvm(spark).skyfilter.PythonFilterCall.register(spark._jsparkSession)
+
+
+@internal("a stopped query's cancelled write logs ERROR lines that are no failure; Spark offers no way to tell "
+          "its logging a stop was asked for, so skyfilter's own log policy is told through py4j")
+def announce_query_stop(spark: SparkSession, run_id: str) -> None:
+    """Tell skyfilter's log policy (``spark/jvm/ExpectedCancellations.java``) that the query of ``run_id`` is being
+    stopped: its write's abort goes to the log file at debug level, not to the console."""
+    _jvm(spark).skyfilter.ExpectedCancellations.queryStopping(run_id)
 
 
 @internal("spark-submit's JVM exits at once on SIGTERM, taking the Python job with it; Spark offers no hook to "
@@ -385,14 +393,3 @@ def apply_jvm_steps(frame: DataFrame, calls: list[tuple[str, tuple]], observatio
         else:
             jdf = getattr(jdf, method)(*arguments)
     return ClassicFrame(jdf, frame.sparkSession)
-
-
-# ----------------------------------------------------------------------------------------------- quiet stops
-@contextlib.contextmanager
-def logs_off(spark: SparkSession, level_after: str) -> Iterator[None]:
-    """Spark's root logger off inside the block (public ``setLogLevel``), then ``level_after``."""
-    spark.sparkContext.setLogLevel("OFF")
-    try:
-        yield
-    finally:
-        spark.sparkContext.setLogLevel(level_after)

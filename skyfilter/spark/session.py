@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.spark_cluster import spark_home
+from skyfilter.core.spark_cluster import JVM_JAR, spark_home
 from skyfilter.core.versions import PROJECT_ROOT, spark_packages
 from skyfilter.spark.class_archive import CLASS_ARCHIVE, with_class_archive, write_class_archive
 
@@ -31,7 +31,6 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 
 IVY_DIR = PROJECT_ROOT / ".local" / "ivy"
 JVM_SOURCES = Path(__file__).resolve().parent / "jvm"  # skyfilter's own JVM classes (the visit cap ledger)
-JVM_JAR = PROJECT_ROOT / ".local" / "jvm" / "skyfilter-spark.jar"
 SPARK_LOG = PROJECT_ROOT / ".local" / "logs" / "spark-driver.log"  # Spark's warnings and errors, stack traces included
 
 
@@ -51,21 +50,15 @@ def write_spark_defaults(target: Path, jars: list[Path] | None = None, python: s
              "# Added by `make setup` (skyfilter/spark/session.py): pinned connector jars and absolute paths.",
              *packages,
              f"spark.scheduler.allocation.file                {PROJECT_ROOT / 'conf' / 'fairscheduler.xml'}",
+             # on the class path from the JVM's start: log4j2.properties names its log policy
+             f"spark.driver.extraClassPath                    {JVM_JAR}",
+             f"spark.executor.extraClassPath                  {JVM_JAR}",
              f"spark.pyspark.python                           {python}",
              f"spark.pyspark.driver.python                    {python}", ""]
     (target / "spark-defaults.conf").write_text("\n".join(lines))
     (target / "log4j2.properties").write_text((PROJECT_ROOT / "conf" / "spark-log4j2.properties").read_text()
                                               .replace("@LOG_FILE@", str(SPARK_LOG)))
     return target / "spark-defaults.conf"
-
-
-def driver_log_level() -> str:
-    """The root log level of the driver's logging (``conf/spark-log4j2.properties``)."""
-    for line in (PROJECT_ROOT / "conf" / "spark-log4j2.properties").read_text().splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "rootLogger.level":
-            return value.strip().upper()
-    return "WARN"
 
 
 def install(target: Path, check_now: bool = True) -> str:
@@ -79,6 +72,7 @@ def install(target: Path, check_now: bool = True) -> str:
     # Ivy copies the resolved jars into jars/ and never removes old ones: an upgrade would pin both versions.
     shutil.rmtree(IVY_DIR / "jars", ignore_errors=True)
     CLASS_ARCHIVE.unlink(missing_ok=True)  # the classes of the jars pinned before
+    own = build_jvm_jar()  # first: the logging of every Spark JVM, Ivy's resolution included, uses a class of it
     write_spark_defaults(target)
     with tempfile.TemporaryDirectory() as folder:  # spark-submit resolves the packages, then runs a script
         nothing = Path(folder) / "resolve_only.py"  # that does nothing: no Spark session is started for it
@@ -89,7 +83,7 @@ def install(target: Path, check_now: bool = True) -> str:
         tail = (resolve.stderr or resolve.stdout).strip().splitlines()[-3:]
         raise SkyfilterError("resolving the Spark packages failed: " + " | ".join(tail))
     jars = sorted((IVY_DIR / "jars").glob("*.jar"))
-    write_spark_defaults(target, [*jars, build_jvm_jar()])
+    write_spark_defaults(target, [*jars, own])
     pinned = f"{len(jars)} connector jars and skyfilter's own pinned in {target / 'spark-defaults.conf'}"
     return f"{pinned}; {check()}" if check_now else pinned
 
@@ -113,7 +107,8 @@ def build_jvm_jar(target: Path = JVM_JAR) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as jar:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: skyfilter\n\n")
-            for path in sorted(Path(classes).rglob("*.class")):
+            # the classes, and log4j's list of the plugins among them (written by its annotation processor)
+            for path in sorted([*Path(classes).rglob("*.class"), *Path(classes).rglob("Log4j2Plugins.dat")]):
                 jar.write(path, path.relative_to(classes).as_posix())
     return target
 
