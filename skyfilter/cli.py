@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "(no Spark needed): each stream's state, last batch, rates, consumer lag per partition, "
                     "totals, quarantined filters and dead letters; then the local Kafka and Spark cluster.")
     status.add_argument("--name", help="only this stream (default: every stream under the state dir)")
+    status.add_argument("--wait", type=float, metavar="SECONDS",
+                        help="first wait up to SECONDS for the stream (--name, default topics.alerts) to run "
+                             "(a stream waits for a producer to register its topic's schema first); exit 1 if it "
+                             "does not in time")
     add_config_arguments(status, "the state dir to look in", bootstrap=True)
 
     registry = commands.add_parser(
@@ -91,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     registry.add_argument("action", choices=["serve", "list", "check", "delete"])
     registry.add_argument("target", nargs="?", metavar="SCHEMA_FILE|TOPIC",
-                          help="check: an Avro schema file (.avsc); delete: a topic or its '<topic>-value' subject")
+                          help="check: an Avro schema file (.avsc) or an Avro container file of alerts (.avro); "
+                               "delete: a topic or its '<topic>-value' subject")
     registry.add_argument("--topic", help="check: the input topic (default: topics.alerts)")
     registry.add_argument("--version", type=int, help="delete: the version number (default: every version)")
     registry.add_argument("--permanent", action="store_true",
@@ -184,14 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run a small simulated night end to end (what `make demo` does)",
                                description="Start a fresh local Kafka under .local/demo, start the "
                                            "stream job, produce a few visits of alerts with cutouts, wait "
-                                           "for the stream to drain, print a summary, stop everything.")
-    demo.add_argument("--visits", type=int, default=3)
-    demo.add_argument("--alerts-per-visit", type=int, default=500)
+                                           "for the stream to drain, check that the archive holds every alert "
+                                           "once and every broker topic what its filters and cap select, print "
+                                           "a summary, stop everything.  Exit 1 when anything is missing.")
+    demo.add_argument("--visits", type=int, default=3, help="visits of the simulated night (default 3)")
+    demo.add_argument("--alerts-per-visit", type=int, default=500,
+                      help="alerts per visit, each with its three cutouts (default 500; Rubin's visits hold ~10,000)")
     demo.add_argument("--interval", type=float, default=8.0, dest="interval_s",
                       help="seconds between visits (default 8, faster than Rubin's 39 for a short demo)")
     demo.add_argument("--trigger", default="auto", help="delivery trigger (default auto: Real-time Mode when it can "
                       "serve every broker, else micro-batches back to back)")
     demo.add_argument("--keep", action="store_true", help="leave Kafka running afterwards")
+    demo.add_argument("--state-dir", help="the demo's own folder (Kafka, checkpoints, Delta tables), emptied "
+                                          "first (default .local/demo)")
     add_config_arguments(demo)
 
     bench = commands.add_parser(
@@ -337,6 +347,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from skyfilter.core.status import status_screen
 
     cfg = load_config(args)
+    if args.wait is not None:
+        from skyfilter.core.status import wait_until_running
+
+        wait_until_running(cfg, args.name or cfg.topics.alerts, args.wait)
     for line in status_screen(cfg, args.name):
         print(line)
     return 0

@@ -83,8 +83,10 @@ def test_filters_and_brokers_change_while_the_stream_runs(kafka_cfg, spark, tmp_
                                                                     "--lane", "delivery"]), spark, again.append)))
     later.start()
     _wait_for(again, lambda ls: any(line.startswith("stream 'hr_again' running") for line in ls))
+    time.sleep(10)  # longer than --stop-when-idle before the night's first alert: the idle clock has not started
+    assert later.is_alive(), again[-5:]
     _produce(kafka_cfg, "2026-11-03", 3)
     later.join(timeout=120)
-    assert f"starting offsets: topic '{TOPIC}' holds 50 message(s) from before this stream's first start; they " \
+    assert f"starting offsets: topic '{TOPIC}' holds 50 message(s) from before this stream was launched; they " \
            f"are not read (--starting-offsets earliest reads them)" in again
     assert result["again"].input_alerts == 25

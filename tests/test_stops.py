@@ -25,6 +25,7 @@ import pytest
 from conftest import decode_messages, stream_args, stream_folder, stream_process
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
+from skyfilter.core.lag import LatestOffsets
 from skyfilter.core.registry import KafkaTopicRegistry, subject_for
 from skyfilter.core.status import status_file
 from skyfilter.jobs.filter_stream import run
@@ -66,11 +67,20 @@ def _wait_for(condition, seconds: float, lines: list[str]) -> None:
 
 @pytest.mark.parametrize("trigger, stop", [("1s", signal.SIGTERM), ("realtime", signal.SIGINT)])
 def test_a_signal_to_spark_submit_stops_the_job_cleanly(kafka_cfg, spark, tmp_path, trigger, stop):
+    """Started as a new stream on a topic that already holds alerts in every partition: none of those is read,
+    the archive's two queries start where delivery does (its process never restarts), and the console from the
+    start to the signal has no ERROR line."""
     topic = f"stops.{trigger}"
     folder = stream_folder(tmp_path, {"bright.sql": "diaSource.snr > 20"}, BROKERS)
+    _produce(kafka_cfg, topic, seed=60, first_visit=90)  # from an earlier stream
+    before = LatestOffsets(kafka_cfg)
+    try:
+        held = before(topic)
+    finally:
+        before.close()
+    assert len(held) == kafka_cfg.topics.alerts_partitions and all(held.values()), "alerts in every partition"
     job, lines = submit(kafka_cfg, topic, folder, [
-        "--trigger", trigger, "--archive-trigger", "2s", "--set", "stream.realtime.checkpoint_interval=5s",
-        "--set", "topics.alerts_partitions=2"])
+        "--trigger", trigger, "--archive-trigger", "2s", "--set", "stream.realtime.checkpoint_interval=5s"])
     produced = _produce(kafka_cfg, topic, seed=61)
     _wait_for(lambda: any("alerts archived" in line for line in lines), 120, lines)
     produced += _produce(kafka_cfg, topic, seed=62, first_visit=3)  # alerts arriving as the signal comes
@@ -93,20 +103,28 @@ def test_a_signal_to_spark_submit_stops_the_job_cleanly(kafka_cfg, spark, tmp_pa
     after = [line for line in lines if "Real-time Mode counts at its checkpoints" in line]
     read += int(after[0].split("the ")[1].split(" alert")[0]) if after else 0
     assert not [word for word in NOT_ON_A_CLEAN_STOP if word in output], output[-4000:]
+    assert not [line for line in lines if " ERROR " in line], "no ERROR line from the start to the stop"
+    assert f"holds {sum(held.values())} message(s) from before this stream was launched" in output
+    assert not [line for line in lines if line.startswith("archive lane (pid")], "the archive process never ended"
 
     archived = spark.read.format("delta").load(str(table_paths(kafka_cfg, topic)["alerts"]))
     assert archived.count() == produced == archived.select("alert_id").distinct().count(), \
         "the archive caught up with everything read before the stop"
-    # what the delivery lane had not read when it stopped, the next start delivers; nothing twice
-    rest = run(stream_args(kafka_cfg, topic, folder / "filters", folder / "brokers.yaml", extra=["--lane", "delivery"]),
-               spark, lambda line: None)
+    matches = spark.read.format("delta").load(str(table_paths(kafka_cfg, topic)["matches"]))
+    sent = {m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.stop_bright")}
+    assert sent and {r.alert_id for r in matches.select("alert_id").collect()} == sent, \
+        "the archive's delivery-log query stored every match the job delivered"
     if trigger == "realtime":
         assert read == produced, "the summary counts what Real-time Mode read after its last checkpoint"
-    else:
+    else:  # what the delivery lane had not read when it stopped, the next start delivers; nothing twice
+        rest = run(stream_args(kafka_cfg, topic, folder / "filters", folder / "brokers.yaml",
+                               extra=["--lane", "delivery"]), spark, lambda line: None)
         assert read + rest.input_alerts == produced, "read before the stop, or by the next start, never twice"
     delivered = [m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.stop_bright")]
-    records = decode_messages(read_topic(kafka_cfg, topic), rubin_schema(kafka_cfg.simulation.schema_version))
+    since_start = [m for m in read_topic(kafka_cfg, topic) if m.offset >= held[m.partition]]
+    records = decode_messages(since_start, rubin_schema(kafka_cfg.simulation.schema_version))
     expected = sorted(str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 20)
+
     if trigger == "realtime":  # at least once: what it sent since its last checkpoint is sent again
         assert sorted(set(delivered)) == expected
     else:

@@ -73,6 +73,20 @@ class LatestOffsets:
             raise SkyfilterError(f"cannot read the latest offsets of '{topic}' at {self.cfg.bootstrap_servers}: "
                                  f"{exc.args[0].str()}") from None
 
+    def at(self, topic: str, timestamp_ms: int, timeout_s: float = 5.0) -> dict[int, int]:
+        """Per partition, the offset of the first message appended at or after ``timestamp_ms`` (the end of the
+        partition when none was)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        ends = self(topic, timeout_s)
+        try:
+            found = self.consumer.offsets_for_times([TopicPartition(topic, p, int(timestamp_ms)) for p in ends],
+                                                    timeout=timeout_s)
+        except KafkaException as exc:
+            raise SkyfilterError(f"cannot look up the offsets of '{topic}' at a time at {self.cfg.bootstrap_servers}: "
+                                 f"{exc.args[0].str()}") from None
+        return {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition] for tp in found}
+
     def close(self) -> None:
         self.consumer.close()
 

@@ -74,6 +74,20 @@ def is_running(pid: int | None) -> bool:
         return False
 
 
+def start_time(pid: int) -> float:
+    """When process ``pid`` started (``time.time()`` scale), to the clock tick on Linux.
+
+    psutil counts from the boot time in ``/proc/stat``, whole seconds: up to a second early.
+    ``/proc/uptime`` has the time since boot to the hundredth of a second.
+    """
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return psutil.Process(pid).create_time()
+
+
 def command_line(pid: int) -> list[str]:
     """A process's argv ([] once it is gone, or when it may not be read)."""
     try:
@@ -129,6 +143,18 @@ def wait_for_exit(pid: int, timeout: float) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def port_holder(port: int) -> str | None:
+    """Which process listens on TCP ``port`` ("pid N (name)"), when this user may see it; else None."""
+    try:
+        for connection in psutil.net_connections(kind="tcp"):
+            if connection.laddr and connection.laddr.port == port and connection.status == psutil.CONN_LISTEN \
+                    and connection.pid:
+                return f"pid {connection.pid} ({psutil.Process(connection.pid).name()})"
+    except psutil.Error:
+        pass
+    return None
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

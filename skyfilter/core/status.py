@@ -10,6 +10,7 @@ and the local Kafka nodes and Spark standalone daemons.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.lag import LatestOffsets, checkpoint_topic, committed_offsets, lag_per_partition
 from skyfilter.core.lanes import LaneName
-from skyfilter.core.processes import is_running
+from skyfilter.core.processes import is_running, write_whole
 
 
 def _alive(pid: int | None) -> bool:
@@ -41,6 +42,39 @@ ARCHIVE_PART = "archive"  # an archive-only job (``--lane archive``) writes its 
 def status_file(cfg: Config, name: str, archive_only: bool = False) -> Path:
     """The status file a running stream job keeps (an archive-only job has its own, merged on display)."""
     return cfg.run_dir / (f"filter_stream.{name}.{ARCHIVE_PART}.json" if archive_only else f"filter_stream.{name}.json")
+
+
+STARTING = "waiting for a producer"  # the status of a job that has chosen its starting offsets, before it runs
+BUILDING = "starting the lanes"
+
+
+def write_starting(cfg: Config, name: str, topic: str, state: str, archive_only: bool = False) -> Path:
+    """Write a starting job's status file: it has chosen where it starts reading, so what is produced from now
+    on is read (``skyfilter status --wait`` returns); the job replaces it once it runs."""
+    path = status_file(cfg, name, archive_only)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_whole(path, json.dumps({"pid": os.getpid(), "topic": topic, "started_at": time.time(), "status": state}))
+    return path
+
+
+def wait_until_running(cfg: Config, name: str, timeout_s: float, poll_s: float = 0.5) -> None:
+    """Block until stream ``name``'s job runs (its lanes started: it says ``running:``).  A job that does not
+    get there within ``timeout_s`` is one error line, saying where it stopped."""
+    path = status_file(cfg, name)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = _read_status(path)
+        alive = _alive(info.get("pid"))
+        if alive and info.get("status") == "running":
+            return
+        if time.monotonic() >= deadline:
+            where = f"it is still {info['status']} (pid {info['pid']})" if alive else \
+                f"{path} names pid {info['pid']}, which is not running" if info.get("pid") else \
+                "no job of that name has started (is `spark-submit pipelines/filter_stream.py` running?)"
+            errors = cfg.run_dir / f"filter_stream.{name}.error.log"
+            raise SkyfilterError(f"stream '{name}' was not running within {timeout_s:.0f} s under {cfg.state_dir}: "
+                                 f"{where}; its output{f' and {errors}' if errors.exists() else ''} say why")
+        time.sleep(poll_s)
 
 
 def stream_names(cfg: Config) -> list[str]:
@@ -70,7 +104,10 @@ def stream_lines(cfg: Config, name: str, latest) -> list[str]:
     checkpoints = {lane: folder / lane for lane in LANES if (folder / lane / "offsets").exists() or lane in lanes}
     topic = info.get("topic") or next((checkpoint_topic(c) for lane, c in checkpoints.items()
                                        if lane != LaneName.ARCHIVE_LOG and checkpoint_topic(c)), None)
-    if running:
+    if running and info.get("status", "running") != "running":
+        head = (f"stream '{name}': STARTING (pid {info['pid']}): {info['status']}, topic '{topic}'; alerts produced "
+                f"from now on are read")
+    elif running:
         up = time.time() - float(info["started_at"])
         head = (f"stream '{name}': RUNNING (pid {info['pid']}, up {up / 60:.0f} min) on {info.get('master')}, "
                 f"topic '{topic}'")

@@ -15,6 +15,7 @@ Delta tables, exactly once, on a slower trigger).  Works the same under
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from skyfilter.archive.process import ArchiveProcess
@@ -22,7 +23,9 @@ from skyfilter.core.arguments import config_from_args
 from skyfilter.core.config import Config
 from skyfilter.core.kafka_clients import act_as
 from skyfilter.core.lanes import LANE_CHOICES, LaneName
+from skyfilter.core.processes import start_time
 from skyfilter.core.reader_schema import schema_name
+from skyfilter.core.status import BUILDING, STARTING, write_starting
 from skyfilter.delivery.redrive import redrive_dead_letters
 from skyfilter.jobs.job_config import add_common_arguments, job_main
 from skyfilter.jobs.stream_job import StreamJob
@@ -63,7 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run both lanes (default), or only one of them (e.g. the archive in its own process)")
     parser.add_argument("--archive-trigger", help="archive lane trigger, e.g. 10s (default: archive.trigger)")
     parser.add_argument("--stop-when-idle", type=float, metavar="SECONDS",
-                        help="stop after this many seconds without new alerts")
+                        help="stop after this many seconds without new alerts, counted from the first alert "
+                             "this run reads (a stream started before its night waits for it)")
     parser.add_argument("--wait-for-schema", type=float, default=None, metavar="SECONDS",
                         help="how long to wait for a producer to register the topic's schema "
                              "(default: forever, or 0 with --available-now)")
@@ -109,12 +113,24 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
         log(auto_line)
     wait_until_reachable(cfg, cfg.kafka.connect_wait_s, log)
     cfg.set("stream.starting_offsets", starting_offsets(cfg, topic, cfg.checkpoint_dir / name, args.available_now,
-                                                        log))
-    wait = args.wait_for_schema if args.wait_for_schema is not None else (0 if args.available_now else 1e9)
-    schema = wait_for_schema(cfg, topic, wait, log)
-    if schema is None:
-        log(f"nothing to do: no schema is registered for topic '{topic}' (nothing was produced to it)")
-        return StreamTotals()
+                                                        log, getattr(args, "launched_at", None)))
+    archive_only = run_plan.lanes == LANE_CHOICES["archive"]
+    status = write_starting(cfg, name, topic, STARTING, archive_only)
+    try:
+        wait = args.wait_for_schema if args.wait_for_schema is not None else (0 if args.available_now else 1e9)
+        schema = wait_for_schema(cfg, topic, wait, log)
+        if schema is None:
+            log(f"nothing to do: no schema is registered for topic '{topic}' (nothing was produced to it)")
+            return StreamTotals()
+        write_starting(cfg, name, topic, BUILDING, archive_only)
+        return _run_lanes(args, cfg, run_plan, topic, name, schema, spark, log)
+    finally:
+        status.unlink(missing_ok=True)
+
+
+def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, topic: str, name: str,
+               schema: tuple[int, str], spark, log) -> StreamTotals:
+    """Build the plan, start the lanes and run them until the job is told to stop."""
     run_plan = with_slots(run_plan, cfg)
     spark = spark or session_for(cfg, run_plan)
     run_plan = on_master(run_plan, cfg, spark.sparkContext.master, int(spark.sparkContext.defaultParallelism))
@@ -176,8 +192,18 @@ def _label(job: StreamJob, lane: LaneName) -> str:
             LaneName.DELIVERY: job.delivery.trigger if job.delivery else "-", LaneName.ARCHIVE: triggers.archive}[lane]
 
 
+def launch_time() -> float:
+    """When the operator launched this job: the start of spark-submit's JVM when it runs this process, else of
+    this process (``--starting-offsets auto`` reads what was produced from then on)."""
+    import psutil
+
+    parent = psutil.Process().parent()
+    return start_time(parent.pid if parent is not None and parent.name().startswith("java") else os.getpid())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    args.launched_at = launch_time()
 
     def work() -> None:
         for line in summary_lines(run(args)):

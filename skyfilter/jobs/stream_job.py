@@ -41,7 +41,7 @@ from skyfilter.delivery.realtime import RealtimeLane
 from skyfilter.delivery.realtime_split import broker_refusal, split_line
 from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.lanes.delivery_log import SummaryWriter, delivered_so_far
-from skyfilter.lanes.kafka_watch import InputArrivals, KafkaWatch
+from skyfilter.lanes.kafka_watch import InputArrivals, KafkaWatch, offsets_past_checkpoint
 from skyfilter.lanes.lane import LaneServices, between_batches
 from skyfilter.lanes.lane_failures import failure_line, is_spark_55271
 from skyfilter.lanes.monitoring import StreamMonitor
@@ -50,6 +50,7 @@ from skyfilter.plan.quarantine import Quarantine
 from skyfilter.plan.reload import PlanReloader
 from skyfilter.plan.run_plan import RunPlan
 from skyfilter.plan.slots import check_realtime_slots, delivery_tasks, local_cores
+from skyfilter.plan.starting_offsets import for_topics
 from skyfilter.plan.stream_plan import PlanCell, StreamPlan
 from skyfilter.plan.triggers import trigger_keywords
 from skyfilter.spark.session import scheduler_pool
@@ -220,9 +221,9 @@ class StreamJob:
         options = spark_source_options(self.cfg)
         if lane == LaneName.REALTIME:  # long-polling: a fetch returns when data comes, and costs nothing while idle
             options["kafka.fetch.max.wait.ms"] = str(self.cfg.stream.realtime.fetch_max_wait_ms)
-        reader = (self.spark.readStream.format("kafka").options(**options)
-                  .option("subscribe", ",".join(topics or [self.plan.topic]))
-                  .option("startingOffsets", self.cfg.stream.starting_offsets))
+        topics = topics or [self.plan.topic]
+        reader = (self.spark.readStream.format("kafka").options(**options).option("subscribe", ",".join(topics))
+                  .option("startingOffsets", for_topics(str(self.cfg.stream.starting_offsets), topics)))
         return reader.load() if lane == LaneName.REALTIME else reader
 
     def _ensure_input_topic(self) -> None:
@@ -279,8 +280,9 @@ class StreamJob:
                  "query_ids": {lane: str(q.id) for lane, q in self.queries.items()},
                  "archive_pid": self.archive_process.pid if self.archive_process else None}
         self.signals.catch()
-        started = time.time()
-        arrivals = InputArrivals(self.cfg, self.plan.topic) if self.realtime is not None and idle_s else None
+        arrivals = InputArrivals(self.cfg, self.plan.topic, offsets_past_checkpoint(
+            self.cfg, self.plan.lane_checkpoint(LaneName.REALTIME), self.plan.topic)) \
+            if self.realtime is not None and idle_s else None
         drain = False
         try:
             while self.queries:
@@ -301,9 +303,10 @@ class StreamJob:
                         if self.archive is not None or self.archive_process is not None else ""))
                     drain = True
                     break
-                if idle_s is not None and self._idle() and self.kafka.down_since is None \
-                        and time.time() - max(started, self.totals.last_input_at, self.kafka.back_at,
-                                              arrivals.last_growth() if arrivals else 0.0) > idle_s:
+                # the idle clock runs from the first alert this run reads: a stream started before its night waits
+                last_input = max(self.totals.last_input_at, arrivals.last_growth() if arrivals else 0.0)
+                if idle_s is not None and last_input and self._idle() and self.kafka.down_since is None \
+                        and time.time() - max(last_input, self.kafka.back_at) > idle_s:
                     self.log(f"no new alerts for {idle_s:.0f} s: stopping")
                     drain = True
                     break

@@ -99,16 +99,18 @@ class InputArrivals:
 
     A Real-time query reports the alerts it read only at its checkpoints
     (minutes apart), so the job's idle stop asks Kafka instead: alerts that
-    arrived within the last ``idle_s`` keep the stream running.
+    arrived within the last ``idle_s`` keep the stream running.  ``waiting``:
+    the messages past the query's checkpoint when the watch starts (a backlog
+    it reads now counts as alerts arriving now).
     """
 
-    def __init__(self, cfg: Config, topic: str, interval_s: float = 2.0):
+    def __init__(self, cfg: Config, topic: str, waiting: int = 0, interval_s: float = 2.0):
         self.topic = topic
         self.interval_s = interval_s
         self.latest = LatestOffsets(cfg)
         self.total: int | None = None
         self.checked_at = 0.0
-        self.grew_at = 0.0
+        self.grew_at = time.time() if waiting else 0.0
 
     def last_growth(self) -> float:
         """The time (``time.time()``) the topic was last seen to grow; 0 before it grew under this watch."""
