@@ -1,40 +1,50 @@
-"""`skyfilter demo` (what `make demo` runs): a small simulated night, end to end, then a summary.
+"""`skyfilter demo` (what `make demo` runs): a small simulated night, end to end, checked, then a summary.
 
 Starts a fresh local Kafka under ``<project>/.local/demo``, starts
 ``spark-submit pipelines/filter_stream.py --trigger auto`` (the fastest delivery its brokers allow),
 produces a few visits of Rubin alerts with cutouts on a cadence (serialized before the first
 visit, so the simulated telescope's work stays out of the stream's latency), lets the
-stream drain, reads every broker topic back to measure the end-to-end
-latency (input append time -> output append time), and stops what it started.
+stream drain, then checks itself: the archive holds every produced alert once, and every
+broker topic holds what its filters and cap select (``skyfilter/jobs/delivery_check.py``).
+It reads every broker topic back for the end-to-end latency (input append time -> output
+append time) and stops what it started.  Any shortfall is one line and exit code 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from skyfilter.core.avro_schemas import rubin_schema
-from skyfilter.core.brokers import load_brokers
 from skyfilter.core.config import Config
-from skyfilter.core.delivery import percentile, read_topic
+from skyfilter.core.delivery import percentile
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_local import LocalKafka
 from skyfilter.core.memory import RssSampler, own_rss_mb
-from skyfilter.core.processes import wait_for_exit
+from skyfilter.core.processes import wait_for_group
 from skyfilter.core.registry import open_registry, subject_for
 from skyfilter.core.spark_cluster import spark_home
 from skyfilter.producers.command import ProduceOptions, produce
 
 # What pipelines/filter_stream.py runs, wherever skyfilter is installed (found without importing Spark here).
 STREAM_SCRIPT = Path(importlib.util.find_spec("skyfilter.jobs.filter_stream").origin)
+DEMO_MARK = ".skyfilter-demo"  # in a folder the demo made, and may empty again
+IDLE_STOP_S = 12  # the stream stops this long after the last alert it read
+LATENCY_OBJECTIVE_MS = 1000.0  # the demo's standing target: p99 within 1 s
+ALERT_MB = 0.14  # a simulated Rubin alert with its three cutouts
+DISK_MARGIN_MB = 1024  # Spark's checkpoints, logs and scratch, Kafka's indexes
 
 
 def spark_submit_env() -> dict[str, str]:
@@ -46,42 +56,81 @@ def spark_submit_env() -> dict[str, str]:
     return env
 
 
-def _echo_stdout(process: subprocess.Popen, lines: list[str]) -> None:
-    for line in process.stdout:
-        lines.append(line.rstrip())
-        print(f"  [stream] {line.rstrip()}", flush=True)
+def disk_needed_mb(alerts: int) -> float:
+    """Free space the demo needs: each alert in the input topic and the archive, plus a margin."""
+    return 2.5 * alerts * ALERT_MB + DISK_MARGIN_MB
+
+
+def check_disk(folder: Path, needed_mb: float) -> None:
+    """Raise the one-line error when the disk under ``folder`` has less than ``needed_mb`` free."""
+    free_mb = shutil.disk_usage(_existing(folder)).free / 2**20
+    if free_mb < needed_mb:
+        raise SkyfilterError(f"not enough free disk space under {folder}: {free_mb:,.0f} MB free, the demo needs "
+                             f"about {needed_mb:,.0f} MB (free some space, or run fewer --visits / "
+                             f"--alerts-per-visit)")
+
+
+@contextmanager
+def demo_lock(folder: Path) -> Iterator[None]:
+    """Hold the demo folder's lock for the whole run: a second demo of the same folder stops at once."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = folder.parent / f"{folder.name}.lock"
+    with open(lock_path, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            raise SkyfilterError(f"another `skyfilter demo` is running on {folder} (pid {holder}): wait for it to "
+                                 f"finish, or stop it") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        yield
+
+
+def fresh_folder(folder: Path, default: bool) -> None:
+    """Empty ``folder`` for a new demo; a folder given with --state-dir only when the demo made it."""
+    if not default and folder.exists() and any(folder.iterdir()) and not (folder / DEMO_MARK).exists():
+        raise SkyfilterError(f"{folder} holds files the demo did not make: give another --state-dir")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / DEMO_MARK).write_text("made by `skyfilter demo`: emptied by the next demo\n")
 
 
 def run_demo(cfg: Config, args: argparse.Namespace) -> int:
-    """Run the demo; returns the exit code."""
+    """Run the demo; returns the exit code (1 when the check finds anything missing)."""
     cfg = cfg.copy()
-    demo_dir = cfg.root / ".local" / "demo"
+    demo_dir = Path(args.state_dir).absolute() if args.state_dir else cfg.root / ".local" / "demo"
     cfg.set("state_dir", str(demo_dir))
+    with demo_lock(demo_dir):
+        try:
+            return _run(cfg, args, demo_dir)
+        except SkyfilterError as exc:
+            if shutil.disk_usage(_existing(demo_dir)).free < 200 * 2**20:
+                raise SkyfilterError(f"the disk under {demo_dir} is full ({exc})") from None
+            raise
+
+
+def _run(cfg: Config, args: argparse.Namespace, demo_dir: Path) -> int:
+    produced_alerts = args.visits * args.alerts_per_visit
+    check_disk(demo_dir, disk_needed_mb(produced_alerts))
     LocalKafka(cfg).stop()  # a demo interrupted earlier may have left its Kafka running
-    shutil.rmtree(demo_dir, ignore_errors=True)
-    demo_dir.mkdir(parents=True)
+    fresh_folder(demo_dir, default=not args.state_dir)
     kafka = LocalKafka(cfg)
     stream = None
     began = time.time()
     try:
-        print(f"1/4 starting Kafka (KRaft) under {demo_dir}/kafka ...", flush=True)
+        print(f"1/5 starting Kafka (KRaft) under {demo_dir}/kafka ...", flush=True)
         bootstrap = kafka.start()
         cfg.set("kafka.bootstrap_servers", bootstrap)
         print(f"    bootstrap servers {bootstrap}")
 
-        print("2/4 starting the stream: spark-submit pipelines/filter_stream.py --trigger "
-              f"{args.trigger} (Spark start-up takes ~20 s) ...", flush=True)
+        print("2/5 starting the stream: spark-submit pipelines/filter_stream.py --trigger "
+              f"{args.trigger} (Spark start-up takes ~30 s) ...", flush=True)
         log_path = demo_dir / "filter_stream.log"
-        spark_submit = Path(sys.executable).parent / "spark-submit"
-        command = [str(spark_submit), str(STREAM_SCRIPT), "--state-dir", str(demo_dir), "--bootstrap", bootstrap,
-                   "--trigger", str(args.trigger), "--stop-when-idle", "12", "--wait-for-schema", "600"]
-        if args.config:
-            command += ["--config", args.config]
-        with open(log_path, "w") as stderr:
-            stream = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                      cwd=cfg.root, start_new_session=True, env=spark_submit_env())
-        stream_lines: list[str] = []
-        threading.Thread(target=_echo_stdout, args=(stream, stream_lines), daemon=True).start()
+        stream, stream_lines = _start_stream(cfg, args, demo_dir, bootstrap, log_path)
         _wait_for_line(stream, stream_lines, log_path, "waiting for a producer")
         schema = rubin_schema(cfg.simulation.schema_version)
         open_registry(cfg).register(subject_for(cfg.topics.alerts), schema, same_alerts=True)
@@ -89,7 +138,7 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
 
         # The simulated telescope serializes every visit before the first is sent, as the benchmarks' cached
         # visits do: at a telescope the alerts are made on its own machines, not on the stream's two cores.
-        print(f"3/4 producing {args.visits} visits x {args.alerts_per_visit} alerts with cutouts, "
+        print(f"3/5 producing {args.visits} visits x {args.alerts_per_visit} alerts with cutouts, "
               f"one visit every {args.interval_s:g} s (serialized first, then sent on the cadence) ...", flush=True)
         memory = RssSampler({"stream": lambda: stream.pid, "Kafka": lambda: kafka.nodes[0].pid()}, interval_s=1.0)
         with memory:
@@ -99,25 +148,71 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
                              log=lambda line: print(f"    {line}", flush=True))
             print(f"    {report.summary()}")
 
-            print("4/4 waiting for the stream to drain ...", flush=True)
+            print(f"4/5 waiting for the stream to drain (it stops {IDLE_STOP_S} s after the last alert) ...",
+                  flush=True)
             if stream.wait(timeout=1800) != 0:
                 raise SkyfilterError(f"the stream job failed (exit {stream.returncode}); see {log_path}")
         time.sleep(0.5)  # let the stdout thread print the job's own summary
-        _print_summary(cfg, bootstrap, report.alerts, stream_lines, time.time() - began)
+        print("5/5 checking every broker topic against the filters, re-run in batch over the archive ...",
+              flush=True)
+        problems = _check_and_summarize(cfg, report.alerts, stream_lines, began)
         print(f"peak memory (RSS): stream job {memory.peak('stream'):,.0f} MB, Kafka {memory.peak('Kafka'):,.0f} MB, "
               f"both at once {memory.peak_total():,.0f} MB (and this producer {own_rss_mb():,.0f} MB)")
         print(f"    at the peak: {memory.peak_breakdown()}")
+        if problems:
+            print(f"demo check failed: {problems[0]}" + (f" (and {len(problems) - 1} more problem(s) above)"
+                                                         if len(problems) > 1 else ""))
+            return 1
         return 0
     finally:
-        if stream is not None and stream.poll() is None:
-            stream.terminate()
-            if not wait_for_exit(stream.pid, 30):
-                stream.kill()
+        _stop_stream(stream)
         if not args.keep:
             stopped = kafka.stop()
             print(f"stopped Kafka ({len(stopped)} node(s)); demo state kept in {demo_dir}")
         else:
             print(f"Kafka left running at {cfg.bootstrap_servers} (`skyfilter kafka stop --state-dir {demo_dir}`)")
+
+
+def _start_stream(cfg: Config, args: argparse.Namespace, demo_dir: Path, bootstrap: str,
+                  log_path: Path) -> tuple[subprocess.Popen, list[str]]:
+    """``spark-submit pipelines/filter_stream.py`` as an operator starts it, in a process group of its own; its
+    output lines are echoed and collected."""
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    command = [str(spark_submit), str(STREAM_SCRIPT), "--state-dir", str(demo_dir), "--bootstrap", bootstrap,
+               "--trigger", str(args.trigger), "--stop-when-idle", str(IDLE_STOP_S), "--wait-for-schema", "600"]
+    if args.config:
+        command += ["--config", args.config]
+    for setting in args.set:
+        command += ["--set", setting]
+    with open(log_path, "w") as stderr:
+        stream = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                  cwd=cfg.root, start_new_session=True, env=spark_submit_env())
+    lines: list[str] = []
+
+    def echo() -> None:
+        for line in stream.stdout:
+            lines.append(line.rstrip())
+            print(f"  [stream] {line.rstrip()}", flush=True)
+
+    threading.Thread(target=echo, daemon=True).start()
+    return stream, lines
+
+
+def _stop_stream(stream: subprocess.Popen | None) -> None:
+    """Stop the stream job and everything it started (its archive process, Python workers): SIGTERM to its
+    process group, then SIGKILL after 30 s."""
+    if stream is None:
+        return
+    group = stream.pid  # start_new_session: its own group
+    if stream.poll() is None:
+        os.killpg(group, signal.SIGTERM)
+    if wait_for_group(group, 30):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        wait_for_group(group, 10)
+    stream.wait()
 
 
 def _wait_for_line(stream: subprocess.Popen, lines: list[str], log_path: Path, text: str,
@@ -126,30 +221,61 @@ def _wait_for_line(stream: subprocess.Popen, lines: list[str], log_path: Path, t
     deadline = time.time() + timeout
     while time.time() < deadline:
         if stream.poll() is not None:
-            raise SkyfilterError(f"the stream job exited during start-up (exit {stream.returncode}); see {log_path}")
+            last = next((line for line in reversed(lines) if line.strip()), "")
+            raise SkyfilterError(f"the stream job exited during start-up (exit {stream.returncode})"
+                                 + (f": {last.strip()}" if last else "") + f"; see {log_path}")
         if any(text in line for line in lines):
             return
         time.sleep(0.5)
     raise SkyfilterError(f"the stream job did not start within {timeout:.0f} s; see {log_path}")
 
 
-def _print_summary(cfg: Config, bootstrap: str, produced: int, stream_lines: list[str], elapsed: float) -> None:
-    brokers = load_brokers(cfg.path("stream.brokers"))
+def _check_and_summarize(cfg: Config, produced: int, stream_lines: list[str], began: float) -> list[str]:
+    """Check the archive and every broker topic, print the summary; returns the problems (none: all is well)."""
+    from skyfilter.jobs.delivery_check import check_delivery
+    from skyfilter.spark.session import get_spark
+
+    spark = get_spark("skyfilter-demo-check", conf={"spark.ui.enabled": "false"})
+    try:
+        check = check_delivery(spark, cfg, cfg.topics.alerts, cfg.topics.alerts, cfg.path("stream.filters_dir"),
+                               cfg.path("stream.brokers"), log=lambda line: print(f"    {line}"))
+    finally:
+        spark.stop()
+    problems = check.problems()
+    if check.input_messages != produced:
+        problems.insert(0, f"the input topic holds {check.input_messages} message(s), {produced} were produced")
     print("\n=== demo summary ===")
-    print(f"alerts produced:        {produced}")
-    for line in stream_lines:
-        if line.startswith(("1 batch", "  filter ", "  broker ")) or " batch(es): " in line:
-            print(f"stream: {line.strip()}")
-    latencies = []
-    for broker in brokers:
-        messages = read_topic(cfg, broker.topic)
-        latencies += [m.latency_ms for m in messages if m.latency_ms is not None]
-        print(f"topic {broker.topic:<28} {len(messages):>5} alerts ({broker.format})")
+    print(f"alerts produced: {produced}; archived: {check.archived_rows} row(s), {check.archived_alerts} distinct "
+          f"alert(s), night(s) {', '.join(check.nights)}")
+    latencies = [latency for broker in check.brokers for latency in broker.latencies_ms]
+    for broker in check.brokers:
+        cap = "no cap" if broker.cap is None else f"cap {broker.cap} per visit"
+        verdict = "ok" if not broker.problems() else "MISSING OR EXTRA ALERTS"
+        print(f"broker {broker.broker:<13} {broker.topic:<24} {broker.delivered:>5} alerts, expected "
+              f"{broker.expected:>5} ({broker.matched} matches, {cap}): {verdict}")
     if latencies:
+        p99 = percentile(latencies, 0.99)
         print(f"latency, input append -> output append: p50 {percentile(latencies, 0.5) / 1000:.2f} s, "
-              f"p99 {percentile(latencies, 0.99) / 1000:.2f} s over {len(latencies)} delivered alerts")
+              f"p99 {p99 / 1000:.2f} s over {len(latencies)} delivered alerts (objective p99 <= "
+              f"{LATENCY_OBJECTIVE_MS / 1000:g} s: {'met' if p99 <= LATENCY_OBJECTIVE_MS else 'missed'})")
+    else:
+        problems.append("no broker topic received any alert: no latency to report")
+    for line in problems:
+        print(f"problem: {line}")
     tables = cfg.delta_dir / cfg.topics.alerts
     print(f"Delta tables: {', '.join(sorted(p.name for p in tables.iterdir()))} under {tables}")
-    print(f"demo finished in {elapsed:.0f} s")
+    print(f"demo finished in {time.time() - began:.0f} s: "
+          + ("every broker holds what its filters and caps select" if not problems else
+             f"{len(problems)} problem(s)"))
     (cfg.state_dir / "demo-summary.json").write_text(json.dumps(
-        {"produced": produced, "latencies_ms": latencies, "stream": stream_lines}, indent=1))
+        {"produced": produced, "latencies_ms": latencies, "problems": problems, "stream": stream_lines,
+         "brokers": {b.broker: {"delivered": b.delivered, "expected": b.expected, "matched": b.matched}
+                     for b in check.brokers}}, indent=1))
+    return problems
+
+
+def _existing(folder: Path) -> Path:
+    """``folder`` or its nearest existing parent (what disk it is on)."""
+    while not folder.exists():
+        folder = folder.parent
+    return folder

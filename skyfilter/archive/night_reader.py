@@ -39,6 +39,17 @@ def parse_visits(text: str | None) -> tuple[int, int] | None:
     return span
 
 
+def last_night(spark: SparkSession, tables: dict) -> str:
+    """The latest night the archive holds (its partitions' values: no data file is read)."""
+    path = tables["alerts"]
+    if not (path / "_delta_log").exists():
+        raise SkyfilterError(f"no archive at {path}: has the stream run on this topic?")
+    latest = spark.read.format("delta").load(str(path)).agg(F.max("night").alias("night")).first()["night"]
+    if latest is None:
+        raise SkyfilterError(f"the archive at {path} holds no alerts yet")
+    return latest
+
+
 def read_alerts(spark: SparkSession, tables: dict, selection: NightSelection) -> DataFrame:
     """The archived alerts of a night (time travel on the alerts table when asked)."""
     path = tables["alerts"]

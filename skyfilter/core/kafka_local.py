@@ -22,7 +22,7 @@ from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_clients import client_settings, connect_as, uses_sasl
 from skyfilter.core.kafka_security import ADMIN, ensure_credentials, format_arguments, server_settings
-from skyfilter.core.processes import first_error, launch, port_in_use, running_pid, terminate
+from skyfilter.core.processes import first_error, launch, port_holder, port_in_use, running_pid, terminate
 from skyfilter.core.topics import replication
 from skyfilter.core.versions import PROJECT_ROOT
 
@@ -128,9 +128,10 @@ class LocalKafka:
                 continue
             for port in (node.broker_port, node.controller_port):
                 if port_in_use(port):
+                    holder = port_holder(port)
                     raise SkyfilterError(
-                        f"port {port} on 127.0.0.1 is already in use (another Kafka?): "
-                        f"stop it or pick other ports with --port")
+                        f"port {port} on 127.0.0.1 is already in use{f' by {holder}' if holder else ''} (another "
+                        f"Kafka?): stop it, or choose other ports (--set kafka.base_port=N)")
             self._prepare(node, java, libs)
             started.append(self._launch(node, java, libs))
         self._wait_ready(started)

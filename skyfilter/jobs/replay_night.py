@@ -23,8 +23,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from skyfilter.archive.night_reader import NightSelection, parse_visits, read_messages
-from skyfilter.core.alert_columns import detect
+from skyfilter.archive.night_reader import NightSelection, last_night, parse_visits, read_messages
 from skyfilter.core.arguments import config_from_args
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
@@ -32,17 +31,14 @@ from skyfilter.core.kafka_clients import act_as, client_settings, spark_sink_opt
 from skyfilter.core.registry import open_registry
 from skyfilter.core.topics import check_reachable, ensure_topics, topic_partitions
 from skyfilter.delivery.caps import VisitCaps
-from skyfilter.filtering.decode import is_accepted
-from skyfilter.filtering.filter_eval import add_filter_columns
 from skyfilter.filtering.input_schemas import InputSchemas
-from skyfilter.filtering.watch_columns import Watch, load_watch, template_columns, used_by, watch_as_of, watch_steps
 from skyfilter.jobs.job_config import add_common_arguments, job_main
-from skyfilter.plan.outgoing import add_broker_matches, kafka_rows, match_rows
+from skyfilter.jobs.night_filters import filter_night
+from skyfilter.plan.outgoing import kafka_rows, match_rows
 from skyfilter.plan.outputs import prepare_outputs, register_writers
-from skyfilter.plan.stream_plan import configured_cutouts, resolve_filters
+from skyfilter.plan.stream_plan import configured_cutouts
 from skyfilter.plan.tables import table_paths
 from skyfilter.spark.session import get_spark
-from skyfilter.spark.steps import apply_steps
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,7 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="replay_night.py",
         description="Rewind an archived night: re-stream it into a Kafka topic at its original cadence "
                     "(scaled by --speed), byte for byte, or re-filter it in batch with the stream's filter code.")
-    parser.add_argument("--night", required=True, help="the night to replay, YYYY-MM-DD")
+    parser.add_argument("--night", required=True,
+                        help="the night to replay, YYYY-MM-DD, or 'last' (the latest night in the archive)")
     parser.add_argument("--name", help="archive to read: the stream's name (default: topics.alerts)")
     parser.add_argument("--visits", help="only visits A-B of the night (positions from 1, inclusive)")
     when = parser.add_mutually_exclusive_group()
@@ -155,21 +152,12 @@ def restream(cfg: Config, messages: DataFrame, inputs: InputSchemas, topic: str,
 def refilter(spark, cfg: Config, messages: DataFrame, inputs: InputSchemas, args: argparse.Namespace, name: str,
              log=print) -> dict:
     """Apply the filters to the night in batch; matches to Delta (and to the broker topics)."""
-    frame = messages.withColumn("reject_reason", F.lit(None).cast("string"))
-    watch = night_watch(cfg, messages, args.watch)
-    filters, brokers, problems = resolve_filters(frame.withColumns(template_columns(watch)),
-                                                 Path(args.filters_dir), Path(args.brokers))
-    for problem in problems:
-        log(f"filter problem: {problem}")
-    chosen = watch.chosen(used_by(filters))
-    if chosen:
-        log(f"watchlists and watchmaps ({args.watch}'s versions): {Watch(chosen).describe()}")
-    position = detect(inputs.reader, cfg)
-    frame = apply_steps(frame, watch_steps(chosen, position.ra, position.dec, is_accepted()))
-    evaluated = add_broker_matches(add_filter_columns(frame, filters, is_accepted()), brokers)
-    decided = VisitCaps().decide(evaluated, brokers).persist()  # whole visits: lowest alert ids kept
+    night = filter_night(cfg, messages, inputs, Path(args.filters_dir), Path(args.brokers), args.watch, log)
+    brokers = night.brokers
+    decided = VisitCaps().decide(night.matched, brokers).persist()  # whole visits: lowest alert ids kept
     if args.to_brokers:
-        encodings = prepare_outputs(cfg, frame, inputs, configured_cutouts(cfg, inputs.reader), brokers, filters)
+        encodings = prepare_outputs(cfg, night.alerts, inputs, configured_cutouts(cfg, inputs.reader), brokers,
+                                    night.filters)
         kafka_rows(decided, brokers, encodings, None, None, writers=inputs.readable).write.format("kafka") \
             .options(**spark_sink_options(cfg)).mode("append").save()
     table = matches_table(cfg, args, name)
@@ -181,15 +169,6 @@ def refilter(spark, cfg: Config, messages: DataFrame, inputs: InputSchemas, args
                "by_broker": {b.name: by_broker.get(b.name, 0) for b in brokers}}
     decided.unpersist()
     return summary
-
-
-def night_watch(cfg: Config, messages: DataFrame, which: str) -> Watch:
-    """The watchlists and watchmaps a re-filter reads: ``today``'s, or the versions current when the night's
-    last alert arrived (``night``: what the stream read then)."""
-    if which == "today":
-        return load_watch(cfg)
-    last = messages.agg(F.max("kafka_timestamp").alias("last")).first()["last"]
-    return watch_as_of(cfg, int(last.timestamp() * 1000)) if last is not None else Watch()
 
 
 def matches_table(cfg: Config, args: argparse.Namespace, name: str) -> Path:
@@ -235,11 +214,14 @@ def run(args: argparse.Namespace, spark=None, log=print) -> dict:
     """Replay or re-filter one night; returns the figures of the summary line."""
     cfg = act_as(config_from_args(args), "pipeline")
     name = args.name or cfg.topics.alerts
-    selection = NightSelection(args.night, parse_visits(args.visits), args.as_of_version, args.as_of_timestamp)
     speed = speed_factor(args.speed)
     if args.to_topic or args.to_brokers:
         check_reachable(cfg)
     spark = spark or get_spark(f"skyfilter-replay-{name}")
+    if args.night == "last":
+        args.night = last_night(spark, table_paths(cfg, name))
+        log(f"night {args.night}: the latest night in the archive '{name}'")
+    selection = NightSelection(args.night, parse_visits(args.visits), args.as_of_version, args.as_of_timestamp)
     began = time.time()
     if args.show_matches and not args.filters_dir:
         result = show_matches(spark, matches_table(cfg, args, name), args.night, args.limit, log)
