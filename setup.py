@@ -18,7 +18,8 @@ setup(
     version="0.1.0",
     description="Streaming filter stage for astronomical alert streams (Rubin/LSST, ZTF)",
     python_requires=">=3.11",
-    # One package; its folders are its floors: core <- producers, stream <- jobs <- the command (cli, demo).
+    # One package; its folders are its floors: core <- spark, producers <- filtering <- plan <- lanes <- delivery,
+    # archive <- jobs, tools <- the command (cli, demo) (docs/architecture.md, "Code").
     # pipelines/ and producers/ at the top hold only thin scripts; bench/ runs from a checkout.
     packages=find_packages(include=["skyfilter", "skyfilter.*"]),
     package_data={"skyfilter": ["defaults/*.yaml", "defaults/*.env", "spark/jvm/*.java"]},

@@ -203,6 +203,18 @@ def read_container(path: str | Path) -> tuple[dict, Iterator[ContainerRecord]]:
     return schema, records()
 
 
+def schema_file(path: str | Path) -> dict:
+    """The schema a file holds: an Avro schema (``.avsc``, JSON), or the writer schema of an Avro container file
+    (alerts as surveys publish them)."""
+    path = Path(path)
+    if path.suffix == ".avsc":
+        try:
+            return clean_schema(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            raise SkyfilterError(f"{path}: not an Avro schema file: {str(exc).splitlines()[0]}") from None
+    return read_container(path)[0]
+
+
 def avro_files(paths: list[str | Path]) -> list[Path]:
     """Expand files and folders into the sorted list of Avro files they name."""
     found: list[Path] = []

@@ -6,14 +6,13 @@ Used by ``skyfilter filters check``; the checks are the stream's own
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from skyfilter.core.avro_schemas import read_container, rubin_schema, schema_text
+from skyfilter.core.avro_schemas import rubin_schema, schema_file, schema_text
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import FilterSpec, load_filters
@@ -33,10 +32,7 @@ def schema_for_check(cfg: Config, topic: str | None, schema_path: str | None) ->
             raise SkyfilterError(f"no schema is registered for topic '{topic}'")
         return f"topic '{topic}' (schema id {found[0]})", found[1]
     if schema_path:
-        path = Path(schema_path)
-        if path.suffix == ".avsc":
-            return str(path), schema_text(json.loads(path.read_text()))
-        return str(path), schema_text(read_container(path)[0])
+        return schema_path, schema_text(schema_file(schema_path))
     version = cfg.simulation.schema_version
     return f"Rubin alert schema {version}", schema_text(rubin_schema(version))
 

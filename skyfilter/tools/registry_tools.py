@@ -7,23 +7,19 @@ version registered by mistake, Confluent's way: soft first, permanent after.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from skyfilter.core.avro_schemas import clean_schema, schema_text
+from skyfilter.core.avro_schemas import schema_file, schema_text
 from skyfilter.core.config import Config
-from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.reader_schema import family, schema_name
 from skyfilter.core.registry import open_registry, subject_for
 from skyfilter.filtering.input_schemas import check_writer
 
 
 def check_schema_file(cfg: Config, path: Path, topic: str) -> tuple[str | None, str]:
-    """(why the stream would not read it or None, one line for the console) for the schema in ``path``."""
-    try:
-        text = schema_text(clean_schema(json.loads(path.read_text())))
-    except (OSError, ValueError) as exc:
-        raise SkyfilterError(f"{path}: not an Avro schema file: {str(exc).splitlines()[0]}") from None
+    """(why the stream would not read it or None, one line for the console) for the schema in ``path`` (an
+    ``.avsc`` file, or an Avro container file of alerts)."""
+    text = schema_text(schema_file(path))
     problem, is_reader, inputs = check_writer(cfg, topic, text)
     if problem is not None:
         return problem, f"{path}: a stream on '{topic}' would dead-letter these alerts: {problem}"

@@ -143,10 +143,10 @@ def _show(cfg, kind: str, name: str, version: int | None, limit: int, log) -> in
     shown = min(limit, len(index))
     if kind == "watchlist":
         for i in range(shown):
-            name = index.source_name[i].as_py()
+            source_name = index.source_name[i].as_py()
             ra, dec = np.degrees(index.ra[i]), np.degrees(index.dec[i])
-            log(f"  {index.source_id[i].as_py()}{f' ({name})' if name else ''}  ra {ra:.6f}  dec {dec:+.6f}  "
-                f"radius {index.radius[i]:g} arcsec")
+            log(f"  {index.source_id[i].as_py()}{f' ({source_name})' if source_name else ''}  ra {ra:.6f}  "
+                f"dec {dec:+.6f}  radius {index.radius[i]:g} arcsec")
     else:
         for i in range(shown):
             depth = int(np.floor(np.log2(index.uniq[i] // 4) / 2))
