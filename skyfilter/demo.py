@@ -41,7 +41,7 @@ from skyfilter.producers.command import ProduceOptions, produce
 # What pipelines/filter_stream.py runs, wherever skyfilter is installed (found without importing Spark here).
 STREAM_SCRIPT = Path(importlib.util.find_spec("skyfilter.jobs.filter_stream").origin)
 DEMO_MARK = ".skyfilter-demo"  # in a folder the demo made, and may empty again
-IDLE_STOP_S = 12  # the stream stops this long after the last alert it read
+IDLE_STOP_S = 12  # the stream stops this long after the last alert it read (at least)
 LATENCY_OBJECTIVE_MS = 1000.0  # the demo's standing target: p99 within 1 s
 ALERT_MB = 0.14  # a simulated Rubin alert with its three cutouts
 DISK_MARGIN_MB = 1024  # Spark's checkpoints, logs and scratch, Kafka's indexes
@@ -54,6 +54,11 @@ def spark_submit_env() -> dict[str, str]:
     env["SPARK_HOME"] = str(spark_home())
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def idle_stop_s(interval_s: float) -> float:
+    """How long the stream waits without alerts before it stops: longer than the gap between two visits."""
+    return max(IDLE_STOP_S, interval_s + 4)
 
 
 def disk_needed_mb(alerts: int) -> float:
@@ -114,6 +119,7 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _run(cfg: Config, args: argparse.Namespace, demo_dir: Path) -> int:
+    cfg.set("producer.log_level", 0)  # the demo watches Kafka itself (_watched): no librdkafka retry lines
     produced_alerts = args.visits * args.alerts_per_visit
     check_disk(demo_dir, disk_needed_mb(produced_alerts))
     LocalKafka(cfg).stop()  # a demo interrupted earlier may have left its Kafka running
@@ -142,15 +148,16 @@ def _run(cfg: Config, args: argparse.Namespace, demo_dir: Path) -> int:
               f"one visit every {args.interval_s:g} s (serialized first, then sent on the cadence) ...", flush=True)
         memory = RssSampler({"stream": lambda: stream.pid, "Kafka": lambda: kafka.nodes[0].pid()}, interval_s=1.0)
         with memory:
-            report = produce(cfg, ProduceOptions(visits=args.visits, alerts_per_visit=args.alerts_per_visit,
-                                                 interval_s=args.interval_s, stamps=True, progress=False,
-                                                 ahead=True),
-                             log=lambda line: print(f"    {line}", flush=True))
+            options = ProduceOptions(visits=args.visits, alerts_per_visit=args.alerts_per_visit,
+                                     interval_s=args.interval_s, stamps=True, progress=False, ahead=True)
+            report = _watched(lambda: produce(cfg, options, log=lambda line: print(f"    {line}", flush=True)),
+                              kafka, stream, log_path)
             print(f"    {report.summary()}")
 
-            print(f"4/5 waiting for the stream to drain (it stops {IDLE_STOP_S} s after the last alert) ...",
-                  flush=True)
-            if stream.wait(timeout=1800) != 0:
+            print(f"4/5 waiting for the stream to drain (it stops {idle_stop_s(args.interval_s):g} s after the last "
+                  f"alert) ...", flush=True)
+            _watched(stream.wait, kafka, stream, log_path, stream_ends=True)
+            if stream.returncode != 0:
                 raise SkyfilterError(f"the stream job failed (exit {stream.returncode}); see {log_path}")
         time.sleep(0.5)  # let the stdout thread print the job's own summary
         print("5/5 checking every broker topic against the filters, re-run in batch over the archive ...",
@@ -179,7 +186,8 @@ def _start_stream(cfg: Config, args: argparse.Namespace, demo_dir: Path, bootstr
     output lines are echoed and collected."""
     spark_submit = Path(sys.executable).parent / "spark-submit"
     command = [str(spark_submit), str(STREAM_SCRIPT), "--state-dir", str(demo_dir), "--bootstrap", bootstrap,
-               "--trigger", str(args.trigger), "--stop-when-idle", str(IDLE_STOP_S), "--wait-for-schema", "600"]
+               "--trigger", str(args.trigger), "--stop-when-idle", str(idle_stop_s(args.interval_s)),
+               "--wait-for-schema", "600"]
     if args.config:
         command += ["--config", args.config]
     for setting in args.set:
@@ -198,14 +206,39 @@ def _start_stream(cfg: Config, args: argparse.Namespace, demo_dir: Path, bootstr
     return stream, lines
 
 
+def _watched(work, kafka: LocalKafka, stream: subprocess.Popen, log_path: Path, stream_ends: bool = False):
+    """``work()``'s result, while Kafka and the stream job are watched: either stopping is one error at once
+    (the producer would otherwise retry for minutes, and the stream wait out an outage)."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = work()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)
+        failure = kafka.failure()
+        if failure is not None:
+            raise SkyfilterError(failure)
+        if not stream_ends and stream.poll() is not None:
+            raise SkyfilterError(f"the stream job exited during the night (exit {stream.returncode}); see {log_path}")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
 def _stop_stream(stream: subprocess.Popen | None) -> None:
-    """Stop the stream job and everything it started (its archive process, Python workers): SIGTERM to its
-    process group, then SIGKILL after 30 s."""
+    """Stop the stream job and everything it started (its archive process, Python workers): SIGTERM to
+    spark-submit (a clean stop, as `kill` does), then SIGKILL to its process group after 30 s."""
     if stream is None:
         return
     group = stream.pid  # start_new_session: its own group
     if stream.poll() is None:
-        os.killpg(group, signal.SIGTERM)
+        stream.send_signal(signal.SIGTERM)
     if wait_for_group(group, 30):
         try:
             os.killpg(group, signal.SIGKILL)

@@ -90,7 +90,7 @@ def test_the_demo_delivers_what_an_independent_evaluation_expects(tmp_path):
         assert re.search(r"latency, input append -> output append: p50 [\d.]+ s, p99 [\d.]+ s over [1-9]\d* "
                          r"delivered alerts", result.stdout)
         stream_console = (demo_dir / "filter_stream.log").read_text()
-        assert "no new alerts for 12 s: stopping" in result.stdout
+        assert "no new alerts for 12 s: stopping" in result.stdout  # idle_stop_s(4)
         assert not [line for line in stream_console.splitlines() if " ERROR " in line], stream_console[-3000:]
 
         inputs = read_topic(cfg, cfg.topics.alerts)

@@ -228,6 +228,13 @@ class LocalKafka:
             node.pid_file.unlink(missing_ok=True)
         return [pid for pid in running.values() if pid]
 
+    def failure(self) -> str | None:
+        """Why a node of this cluster is not running (the first error it logged); None while every node runs."""
+        for node in self.nodes:
+            if node.pid() is None:
+                return f"Kafka node {node.node_id} is not running: {_exit_cause(node)} (see {node.log_file})"
+        return None
+
     def nodes_on_disk(self) -> list[KafkaNode]:
         """Every node folder under the state dir, with the ports it was started with (the configured nodes
         for folders not written yet)."""
