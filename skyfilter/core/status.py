@@ -73,7 +73,7 @@ def wait_until_running(cfg: Config, name: str, timeout_s: float, poll_s: float =
                 "no job of that name has started (is `spark-submit pipelines/filter_stream.py` running?)"
             errors = cfg.run_dir / f"filter_stream.{name}.error.log"
             raise SkyfilterError(f"stream '{name}' was not running within {timeout_s:.0f} s under {cfg.state_dir}: "
-                                 f"{where}; its output{f' and {errors}' if errors.exists() else ''} say why")
+                                 f"{where}; its output{f' and {errors} say' if errors.exists() else ' says'} why")
         time.sleep(poll_s)
 
 

@@ -21,6 +21,7 @@ import sys
 from skyfilter.archive.process import ArchiveProcess
 from skyfilter.core.arguments import config_from_args
 from skyfilter.core.config import Config
+from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_clients import act_as
 from skyfilter.core.lanes import LANE_CHOICES, LaneName
 from skyfilter.core.processes import start_time
@@ -167,6 +168,12 @@ def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, topic: 
             job.run_available_now()
         else:
             job.wait(args.stop_when_idle)
+        if job.archive_unfinished:
+            process = job.archive_process
+            raise SkyfilterError(
+                f"stream '{name}': delivery stopped cleanly, but the archive lane (process {process.pid}) ended "
+                f"before archiving everything delivered ({process.last_error or 'see ' + str(process.errors_to)}); "
+                f"the next start archives the rest from its checkpoints")
     finally:
         job.stop()
         job.close()

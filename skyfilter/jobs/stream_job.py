@@ -83,6 +83,7 @@ class StreamJob:
         self.archive: ArchiveLane | None = None
         self.archive_log: ArchiveLogLane | None = None
         self.archive_process: ArchiveProcess | None = None
+        self.archive_unfinished = False  # the archive process ended before archiving everything delivered
         self.delivery: DeliveryLane | None = None
         self.triggered: dict[str, str] = {}  # micro-batch lane -> the trigger its query was started with
         self.recovered: set[str] = set()
@@ -317,7 +318,7 @@ class StreamJob:
             try:
                 self.stop()
                 if self.archive_process is not None:
-                    self.archive_process.stop(self.cfg.archive.stop_timeout_s)
+                    self.archive_unfinished = self.archive_process.stop(self.cfg.archive.stop_timeout_s) != 0
                 status.unlink(missing_ok=True)
                 if drain and self.archive is not None:
                     self._drain_archive()
