@@ -17,8 +17,9 @@ from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
 
 TOPIC = "kill.alerts"
-VISITS = 20  # 40 s of visits: alerts keep coming while the job is killed and restarted 3 times
-PRODUCED = VISITS * 30
+VISITS = 20  # 40 s of visits: alerts keep coming while the job is killed and restarted...
+LATE_VISITS = 3  # ...and these come after the third start, so a batch is under way to kill however slow it was
+PRODUCED = (VISITS + LATE_VISITS) * 30
 
 
 def start_stream(cfg, folder) -> tuple[subprocess.Popen, list[str]]:
@@ -89,12 +90,15 @@ def test_archive_is_exact_after_three_sigkills(kafka_cfg, spark, tmp_path, fault
     # 3: in the middle of a later batch, as soon as it is planned
     process, lines = start_stream(kafka_cfg, tmp_path)
     wait_for(lines, "batch ", process)
+    producer.join(300)
+    late = produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=LATE_VISITS, alerts_per_visit=30, interval_s=0.0,
+                                             stamps=True, seed=22, night="2026-11-12", first_visit=VISITS + 1,
+                                             progress=False), log=lambda line: None)
     wait_until_in_batch(checkpoint, process)
     mid_batch.append(kill_job(process, checkpoint))
     assert any(mid_batch), "at least one kill must interrupt a batch for this test to mean anything"
 
-    producer.join(300)
-    assert produced and produced[0].alerts == PRODUCED and produced[0].failures == 0
+    assert produced and produced[0].alerts + late.alerts == PRODUCED and produced[0].failures == late.failures == 0
     run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml"), spark, lambda line: None)
     tables = table_paths(kafka_cfg, TOPIC)
     alerts = spark.read.format("delta").load(str(tables["alerts"]))

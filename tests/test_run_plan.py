@@ -157,6 +157,9 @@ def test_lanes_are_named_once():
 def test_processes_are_read_with_psutil(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
+        deadline = time.monotonic() + 30  # a loaded machine may show the new process before its command line
+        while not command_line(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert is_running(child.pid) and command_line(child.pid)[1:] == ["-c", "import time; time.sleep(30)"]
         assert child.pid in process_tree_rss(child.pid)
     finally:
