@@ -33,6 +33,8 @@ setup(
         "scipy==1.17.1",  # the KD-tree a watchlist is searched with
         "confluent-kafka[avro]==2.16.1",  # with its schema registry client, AvroSerializer, AvroDeserializer
         "fastavro==1.13.1",
+        "deltalake==1.6.6",  # the archive's alerts appended without Spark (archive.writer: delta-rs)
+        "duckdb==2.0.1",  # which evaluates the alert id, time and visit expressions there
         "lsst-alert-packet==30.2026.2700",
         "matplotlib==3.11.2",
         "numpy==2.3.5",

@@ -183,17 +183,35 @@ def _s(millis: float | None) -> float | None:
     return None if millis is None else round(millis / 1000, 3)
 
 
+def target_notes(label: str, row: dict, targets: dict[str, float]) -> list[str]:
+    """One note per target (a row key and its bound in seconds) the row has a figure for: met or missed."""
+    return [f"{label}: {key.replace('_s', '')} {row[key]:.3f} s against <= {target:g} s: "
+            f"{'met' if row[key] <= target else 'missed'}"
+            for key, target in targets.items() if row.get(key) is not None]
+
+
+def plot_latency_tail(axis, series: list[tuple[str, list[float]]], title: str) -> None:
+    """Each run's share of messages slower than a latency (ms values, sorted), log-log, p99 and p99.9 dotted."""
+    for label, values in series:
+        if values:
+            axis.plot([v / 1000 for v in values], [1 - (i + 0.5) / len(values) for i in range(len(values))],
+                      label=label)
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("delivery latency (s)")
+    axis.set_ylabel("share of messages slower")
+    axis.axhline(0.01, color="gray", linestyle=":", linewidth=0.8)
+    axis.axhline(0.001, color="gray", linestyle=":", linewidth=0.8)
+    axis.legend(fontsize="small")
+    axis.set_title(title)
+
+
 def verdicts(rows: list[dict]) -> list[str]:
     """The targets against the rows: each mode's own, and both lanes against delivery alone."""
     notes = []
     by_mode = {row["mode"]: row for row in rows}
     for row in rows:
-        trigger = row["mode"].split("-")[0].rstrip("s")
-        for key, target in TARGETS.get(trigger, {}).items():
-            value = row.get(key)
-            if value is not None:
-                notes.append(f"{row['mode']}: {key.replace('_s', '')} {value:.3f} s against <= {target:g} s: "
-                             f"{'met' if value <= target else 'missed'}")
+        notes += target_notes(row["mode"], row, TARGETS.get(row["mode"].split("-")[0].rstrip("s"), {}))
         alone = by_mode.get(row["mode"].replace("-both", "-delivery"))
         if row["mode"].endswith("-both") and alone is not None:
             for key in ("p95_s", "p99_s"):
@@ -263,19 +281,8 @@ def _plot(rows: list[dict]):
 
     plt = pyplot()
     figure, (latency, lag) = plt.subplots(1, 2, figsize=(11, 4))
-    for row in rows:
-        values = row["latencies_ms"]
-        if values:
-            shares = [1 - (i + 0.5) / len(values) for i in range(len(values))]
-            latency.plot([v / 1000 for v in values], shares, label=row["mode"])
-    latency.set_xscale("log")
-    latency.set_yscale("log")
-    latency.set_xlabel("delivery latency (s)")
-    latency.set_ylabel("share of messages slower")
-    latency.axhline(0.01, color="gray", linestyle=":", linewidth=0.8)
-    latency.axhline(0.001, color="gray", linestyle=":", linewidth=0.8)
-    latency.legend(fontsize="small")
-    latency.set_title("Latency tail per mode (p99 and p99.9 dotted)")
+    plot_latency_tail(latency, [(row["mode"], row["latencies_ms"]) for row in rows],
+                      "Latency tail per mode (p99 and p99.9 dotted)")
     plot_lag(lag, [(row["mode"], row["archive_lag"]) for row in rows if row.get("archive_lag")], "Archive lane lag")
     figure.tight_layout()
     return figure

@@ -216,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 BENCHMARKS = {
+    "user-path": ("bench.user_path", "the job as operators start it: spark-submit, a new --name on a busy topic"),
     "broker-load": ("bench.broker_load", "a broker-like filter set at Rubin's rate, with and without the archive"),
     "visit-burst": ("bench.visit_burst", "one 10,000-alert visit to its last delivered match"),
     "trigger-sweep": ("bench.trigger_sweep", "latency and throughput per trigger interval at Rubin cadence"),

@@ -21,14 +21,14 @@ from skyfilter.jobs.filter_stream import run
 from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
 
-TOPIC = "lanes.alerts"
+TOPICS = {"spark": "lanes.alerts", "delta-rs": "lanes-rs.alerts"}  # a topic and a broker per archive writer
 
 
 class Job:
     """One filter_stream.py process (one lane), its output lines and the time each line came."""
 
-    def __init__(self, cfg, folder, lane: str, *extra: str):
-        command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", TOPIC, "--lane", lane,
+    def __init__(self, cfg, folder, topic: str, lane: str, *extra: str):
+        command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", topic, "--lane", lane,
                    "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
                    "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir),
                    "--set", "monitoring.port=null", "--starting-offsets", "earliest", *extra]
@@ -61,19 +61,21 @@ class Job:
         self.process.wait(30)
 
 
+@pytest.mark.parametrize("writer", ["spark", "delta-rs"])
 def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exactly_once(
-        kafka_cfg, spark, tmp_path, fault_report):
+        kafka_cfg, spark, tmp_path, fault_report, writer):
+    topic, broker = TOPICS[writer], f"lanes_{writer.replace('-', '_')}"
     write_files(tmp_path / "filters", {"some.sql": "diaSource.snr > 10"})
-    (tmp_path / "brokers.yaml").write_text("max_alerts_per_visit: null\nbrokers:\n  lanes_b:\n    filters: [some]\n")
-    produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=5, interval_s=0.0, stamps=False,
+    (tmp_path / "brokers.yaml").write_text(f"max_alerts_per_visit: null\nbrokers:\n  {broker}:\n    filters: [some]\n")
+    produce(kafka_cfg, ProduceOptions(topic=topic, visits=1, alerts_per_visit=5, interval_s=0.0, stamps=False,
                                       seed=40, night="2026-11-08", progress=False), log=lambda line: None)
-    delivery = Job(kafka_cfg, tmp_path, "delivery", "--trigger", "0")
-    archive = Job(kafka_cfg, tmp_path, "archive", "--archive-trigger", "1s")
+    delivery = Job(kafka_cfg, tmp_path, topic, "delivery", "--trigger", "0")
+    archive = Job(kafka_cfg, tmp_path, topic, "archive", "--archive-trigger", "1s", "--set", f"archive.writer={writer}")
     delivery.wait_for("batch 0: ")
-    archive.wait_for("archive batch 0: ")  # both lanes warm: the warm-up visit is delivered and archived
+    archive.wait_for("archive batch ")  # both lanes warm: the warm-up visit is delivered and archived
     produced: list = []
     producer = threading.Thread(target=lambda: produced.append(produce(kafka_cfg, ProduceOptions(
-        topic=TOPIC, visits=10, alerts_per_visit=20, interval_s=2.5, stamps=True, seed=41, night="2026-11-09",
+        topic=topic, visits=10, alerts_per_visit=20, interval_s=2.5, stamps=True, seed=41, night="2026-11-09",
         progress=False), log=lambda line: None)))
     began = time.time()
     producer.start()
@@ -85,7 +87,8 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
         archive.kill()
         killed_at = time.time()
         time.sleep(6)
-        archive = Job(kafka_cfg, tmp_path, "archive", "--archive-trigger", "1s")
+        archive = Job(kafka_cfg, tmp_path, topic, "archive", "--archive-trigger", "1s", "--set",
+                      f"archive.writer={writer}")
         back_at = archive.wait_for("archive batch ")  # the restarted lane archives again
         producer.join(120)
         assert produced and produced[0].alerts == 200 and produced[0].failures == 0
@@ -98,21 +101,23 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
         for job in (delivery, archive):
             if job.process.poll() is None:
                 job.kill()
-    run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
-                    extra=["--lane", "archive"]), spark, lambda line: None)  # the archive catches up, once
+    run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml",
+                    extra=["--lane", "archive", "--set", f"archive.writer={writer}"]), spark,
+        lambda line: None)  # the archive catches up, once
 
-    records = decode_messages(read_topic(kafka_cfg, TOPIC), rubin_schema("10.0"))
+    records = decode_messages(read_topic(kafka_cfg, topic), rubin_schema("10.0"))
     expected = {str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 10}
-    messages = read_topic(kafka_cfg, "filtered.lanes_b")
+    messages = read_topic(kafka_cfg, f"filtered.{broker}")
     before = [m.latency_ms for m in messages if began <= int(m.headers["input_time"]) / 1000 < killed_at]
     during = [m.latency_ms for m in messages if killed_at <= int(m.headers["input_time"]) / 1000 < back_at]
     assert len(before) >= 10 and len(during) >= 10, (len(before), len(during))
     assert statistics.median(during) <= 2 * statistics.median(before) + 1000, (sorted(before), sorted(during))
     assert max(during) <= max(max(before) * 2, 5000), (sorted(before), sorted(during))
 
-    tables = table_paths(kafka_cfg, TOPIC)
+    tables = table_paths(kafka_cfg, topic)
     alerts = spark.read.format("delta").load(str(tables["alerts"]))
-    row = fault_row("kill -9 the archive lane mid-night, restart it 6 s later (delivery in its own process)",
+    row = fault_row(f"kill -9 the archive lane mid-night, restart it 6 s later (delivery in its own process, "
+                    f"archive.writer {writer})",
                     len(records), alerts, [m.headers["alert_id"] for m in messages], expected)
     fault_report.append(row)
     assert row["archived"] == row["archive_rows"] == len(records) == 205, "every alert archived exactly once"

@@ -28,6 +28,7 @@ from bench.stages import main as stages
 from bench.sustained import check_disk, retention_settings, scaled_cap
 from bench.sustained import main as sustained
 from bench.trigger_sweep import main as trigger_sweep
+from bench.user_path import main as user_path
 from bench.visit_burst import main as visit_burst
 from bench.watchlists import main as watchlists
 from conftest import ARCHIVE_IN_THE_DRIVER, DATA
@@ -126,6 +127,22 @@ def test_broker_load_measures_both_lanes_against_delivery_alone(kafka_cfg, spark
     assert both["cpu_archive_s"] > 0 and alone["cpu_archive_s"] == 0, "the archive runs in its own process, or not"
     notes = (tmp_path / "results" / "broker_load.md").read_text()
     assert "the delivery-only run" in notes and "Python" in notes
+
+
+def test_user_path_starts_the_job_with_spark_submit_on_a_busy_topic_and_restarts_it(kafka_cfg, tmp_path, capsys):
+    result = _run(user_path, "user_path",
+                  ["--variants", "lean:archive.writer=delta-rs+archive.process=same", "--seconds", "4", "--rate", "10",
+                   "--backlog-visits", "1", "--restart-at", "2", "--filters", "4", "--python-filters", "1",
+                   "--brokers", "2", "--producers", "1", "--cached-visits", "2", "--no-stamps", "--cuts", "loose",
+                   "--set", "archive.trigger=1s", "--set", "archive.log_trigger=1s"], kafka_cfg, tmp_path, capsys)
+    [row] = result["results"]
+    assert (row["variant"], row["settings"], row["alerts"]) == \
+        ("lean", "archive.writer=delta-rs archive.process=same", 40)  # one JVM per start: a quicker smoke test
+    assert row["messages"] > 0 and 0 < row["p50_s"] <= row["p99_s"] <= row["max_s"]
+    assert row["restarted_at_s"] >= 2 and row["exit_code"] == 0, "killed, started again, stopped cleanly"
+    assert row["archived_s_after_sending"] is not None, "every alert sent was archived"
+    log = next((tmp_path / "state" / "run").glob("user_path.lean.log")).read_text()
+    assert log.count("$ spark-submit pipelines/filter_stream.py") == 2 and "--name path_" in log
 
 
 def test_sustained_follows_both_lanes_lag_and_memory(kafka_cfg, spark, tmp_path, capsys):

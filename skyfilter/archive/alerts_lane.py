@@ -76,6 +76,10 @@ class ArchiveLane(Lane):
                 f"another --name, or move {path.parent} away")
         if is_table(self.spark, path):
             self.raw = is_raw(self.spark.read.format("delta").load(str(path)))
+            if not self.raw and self.cfg.archive.writer == "delta-rs":
+                raise SkyfilterError(f"{path} holds decoded alert fields (the layout before the raw one), which "
+                                     f"archive.writer delta-rs does not write: use archive.writer spark, or another "
+                                     f"--name")
             if not self.raw:
                 self.log(f"archive lane: {path} holds decoded alert fields (the layout before the raw one): new "
                          f"alerts keep that layout")

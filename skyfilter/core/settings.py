@@ -161,6 +161,7 @@ class Stream:
 class Archive:
     trigger: str
     log_trigger: str
+    writer: str  # spark | delta-rs
     tasks: int
     max_offsets_per_trigger: int | None
     process: str

@@ -28,6 +28,7 @@ from pyspark.sql.streaming import StreamingQuery
 from skyfilter.archive.alerts_lane import ArchiveLane
 from skyfilter.archive.log_lane import ArchiveLogLane
 from skyfilter.archive.process import ArchiveProcess
+from skyfilter.archive.writer_query import archived_offsets, start_writer
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_clients import spark_sink_options, spark_source_options
@@ -119,7 +120,8 @@ class StreamJob:
 
     def _watch_archive(self, trigger: str, log_trigger: str) -> None:
         """Measure the lag of the archive's two queries (the input topic, the delivery log)."""
-        self.monitor.add_lane(LaneName.ARCHIVE, self.plan.lane_checkpoint(LaneName.ARCHIVE), trigger)
+        self.monitor.add_lane(LaneName.ARCHIVE, self.plan.lane_checkpoint(LaneName.ARCHIVE), trigger,
+                              committed=archived_offsets(self.plan) if self.cfg.archive.writer == "delta-rs" else None)
         self.monitor.add_lane(LaneName.ARCHIVE_LOG, self.plan.lane_checkpoint(LaneName.ARCHIVE_LOG), log_trigger,
                               self.plan.delivery_log_topic)
 
@@ -185,6 +187,10 @@ class StreamJob:
         partition per Kafka partition, and a task per partition would cost each
         small batch one task start per partition and let the archive take every slot.
         """
+        if lane == LaneName.ARCHIVE and self.cfg.archive.writer == "delta-rs":
+            query = self.queries[lane] = start_writer(self.cfg, self.cell.current, trigger, self.log)
+            self.triggered[lane] = trigger
+            return query
         batch_function, topics, bound, tasks = self._lane_function(lane)
         source = self._source(lane, topics).option("maxOffsetsPerTrigger", bound).load().coalesce(tasks)
         with scheduler_pool(self.spark, LaneName.ARCHIVE if lane == LaneName.ARCHIVE_LOG else lane):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ class LaneState:
     last_batch: dict = field(default_factory=dict)
     lag: dict[int, int] = field(default_factory=dict)
     lag_at: float = 0.0
+    committed: Callable[[list[int]], dict[int, int]] | None = None  # the lane's read offsets, when not checkpointed
 
 
 class StreamMonitor:
@@ -110,9 +112,11 @@ class StreamMonitor:
             self.log(f"metrics endpoint not started: {host}:{port} is not available ({exc.strerror}); "
                      f"set monitoring.port to a free port (the stream runs on without it)")
 
-    def add_lane(self, lane: str, checkpoint: Path, trigger: str, topic: str | None = None) -> None:
-        """Start watching a lane (its checkpoint gives its lag on ``topic``, by default the input topic)."""
-        self.lanes[lane] = LaneState(checkpoint, trigger, topic or self.topic)
+    def add_lane(self, lane: str, checkpoint: Path, trigger: str, topic: str | None = None,
+                 committed: Callable[[list[int]], dict[int, int]] | None = None) -> None:
+        """Start watching a lane (its checkpoint, or ``committed(partitions)``, gives its lag on ``topic``, by
+        default the input topic)."""
+        self.lanes[lane] = LaneState(checkpoint, trigger, topic or self.topic, committed=committed)
         self.lane_info.labels(self.stream, lane).info({"trigger": trigger})
 
     def lag_after(self, lane: str, batch_id: int | None = None) -> dict[int, int]:
@@ -127,7 +131,8 @@ class StreamMonitor:
             except SkyfilterError as exc:
                 self.log(f"consumer lag not measured: {exc}")
                 return {}
-            _, committed = committed_offsets(state.checkpoint, state.topic, batch_id)
+            committed = state.committed(sorted(latest)) if state.committed is not None else \
+                committed_offsets(state.checkpoint, state.topic, batch_id)[1]
             state.lag = lag_per_partition(latest, committed)
             for partition, behind in state.lag.items():
                 self.lag.labels(self.stream, lane, state.topic, str(partition)).set(behind)

@@ -143,11 +143,22 @@ def archive_apart(cfg: Config, lanes: frozenset[LaneName], available_now: bool, 
     return mode == "separate" or (mode == "auto" and local_master)
 
 
+def check_archive_writer(cfg: Config) -> None:
+    """One line for an ``archive.writer`` the archive cannot use."""
+    writer = cfg.archive.writer
+    if writer not in ("spark", "delta-rs"):
+        raise SkyfilterError(f"archive.writer is '{writer}': use spark or delta-rs")
+    if writer == "delta-rs" and cfg.stream.nightly_topics.enabled:
+        raise SkyfilterError("archive.writer delta-rs does not copy alerts to nightly topics yet: with "
+                             "stream.nightly_topics.enabled use archive.writer spark")
+
+
 def settle_run(cfg: Config, name: str, lane_choice: str, available_now: bool, master: str) -> tuple[RunPlan, str]:
     """The run plan of ``filter_stream.py`` on Spark master ``master``, from the config and the filter and broker
     files alone (before Kafka is asked anything: a typo is one line at once), and the ``--trigger auto`` line
     ("" without it).  Its slots follow from :func:`with_slots`."""
     local = local_cores(master) is not None
+    check_archive_writer(cfg)
     # only Real-time Mode (asked for, or maybe chosen by auto) needs each broker's needs read from the files
     wanted = not available_now and cfg.stream.trigger.strip().lower() in ("auto", REALTIME)
     needs = needs_from_files(cfg.path("stream.filters_dir"), cfg.path("stream.brokers")) if wanted else {}

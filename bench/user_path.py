@@ -1,0 +1,314 @@
+"""Latency as users start the stream: `spark-submit`, a new `--name` on a topic that already holds alerts.
+
+    python -m bench.user_path [--variants spark:archive.writer=spark,delta-rs:archive.writer=delta-rs]
+                              [--seconds 60] [--rate 256] [--backlog-visits 2] [--restart-at 0] [--trigger realtime]
+
+The other benchmarks warm a stream up on a fresh topic before they measure; an
+operator's night does not.  Per variant (a name and the ``--set`` settings that
+make it), this one:
+
+1. fills a fresh topic with ``--backlog-visits`` visits (alerts from before the
+   stream starts, which ``--starting-offsets auto`` does not read);
+2. starts ``spark-submit pipelines/filter_stream.py`` under a new ``--name``, both
+   lanes, as an operator does, and waits for its ``running:`` line plus 10 s;
+3. sends ``--rate`` simulated Rubin alerts a second (one visit each, with
+   cutouts) for ``--seconds``, the broker-like mix of filters
+   (``bench/filter_sets.py``); with ``--restart-at S`` the job is killed (``kill -9``,
+   its whole process group) S seconds into sending and started again at once;
+4. waits until the broker topics stop growing, stops the job with SIGTERM
+   and reads every broker topic back.
+
+Measured: delivery latency of every match (its broker message's Kafka
+timestamp minus its alert's input timestamp, from the first alert sent),
+p50-p99.9 and max, also for the brokers with a Python filter; the archive's
+lag when sending ended and how long it took to hold every alert sent; CPU
+per part (the job's driver side, its archive process, Kafka, the rest).
+Writes ``user_path.{json,csv,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from bench.broker_load import (
+    PERCENTILES,
+    QUIET_S,
+    SPREAD_S,
+    _s,
+    percentile,
+    plot_latency_tail,
+    target_notes,
+    wait_until_quiet,
+)
+from bench.filter_sets import CUTS
+from bench.harness import ROOT, add_common_arguments, add_settings_argument, runs_table, settings_of
+
+TARGETS = {"realtime": {"p99_s": 0.2, "p999_s": 0.5, "python_p99_s": 0.3}, "0": {"p99_s": 2.0}}
+SETTLE_S = 10.0  # after `running:`, as the independent probe of issue 48 waited
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.user_path",
+        description="Delivery latency of the stream job started as operators start it (spark-submit, a new --name "
+                    "on a topic that already holds alerts, optionally killed and restarted mid-night), per variant "
+                    "of its settings.")
+    parser.add_argument("--variants", default="spark:archive.writer=spark,delta-rs:archive.writer=delta-rs",
+                        help="runs, comma-separated, each NAME:KEY=VALUE+KEY=VALUE... (settings of that run's "
+                             "stream; NAME alone: the defaults)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds of sending per run (default 60)")
+    parser.add_argument("--rate", type=int, default=256, help="alerts per second, one visit each (default 256)")
+    parser.add_argument("--backlog-visits", type=int, default=2,
+                        help="visits on the topic before the stream starts (default 2)")
+    parser.add_argument("--restart-at", type=float, default=0.0,
+                        help="kill -9 the job this many seconds into sending and start it again (default 0: never)")
+    parser.add_argument("--trigger", default="realtime", help="the delivery trigger (default realtime)")
+    parser.add_argument("--cached-visits", type=int, default=20, help="distinct visits cycled through (default 20)")
+    parser.add_argument("--filters", type=int, default=100, help="generated filters (default 100)")
+    parser.add_argument("--python-filters", type=int, default=10, help="of which Python (default 10)")
+    parser.add_argument("--brokers", type=int, default=20, help="brokers (default 20)")
+    parser.add_argument("--cuts", choices=CUTS, default="tight", help="filter cuts (default tight)")
+    parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
+    add_settings_argument(parser, "a config setting of every run's stream")
+    add_common_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def parse_variants(text: str) -> list[tuple[str, list[str]]]:
+    """'a:x=1+y=2,b' -> [('a', ['x=1', 'y=2']), ('b', [])]."""
+    variants = []
+    for item in text.split(","):
+        name, _, settings = item.strip().partition(":")
+        variants.append((name, [s for s in settings.split("+") if s]))
+    return variants
+
+
+class Job:
+    """``spark-submit pipelines/filter_stream.py`` as a process group of its own, its lines kept."""
+
+    def __init__(self, argv: list[str], log_file: Path):
+        spark_submit = Path(sys.executable).parent / "spark-submit"
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               "PYTHONUNBUFFERED": "1"}
+        self.log_file = log_file
+        self.lines: list[str] = []
+        with log_file.open("a") as handle:
+            handle.write(f"$ spark-submit pipelines/filter_stream.py {' '.join(argv)}\n")
+        self.process = subprocess.Popen([str(spark_submit), str(ROOT / "pipelines" / "filter_stream.py"), *argv],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                        start_new_session=True, cwd=ROOT)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        with self.log_file.open("a") as handle:
+            for line in self.process.stdout:
+                self.lines.append(line.rstrip())
+                handle.write(line)
+                handle.flush()
+
+    def wait_running(self, timeout_s: float = 600) -> None:
+        from skyfilter.core.errors import SkyfilterError
+
+        deadline = time.monotonic() + timeout_s
+        while not any(" running: " in line for line in self.lines):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SkyfilterError(f"the stream job did not run (its output: {self.log_file}): "
+                                     f"{self.lines[-3:]}")
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(60)
+
+    def stop(self, timeout_s: float = 900) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+
+def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str, settings: list[str],
+                kafka_node) -> dict:
+    """One variant: backlog, start, settle, send (and restart), drain; its latencies, archive lag and CPU."""
+    from bench.alert_cache import CachedSource
+    from bench.cpu import cpu_now, cpu_used
+    from bench.filter_sets import write_broker_load
+    from skyfilter.archive.delta_appends import exists
+    from skyfilter.producers.command import send_source
+
+    safe = variant.replace("-", "_").replace(".", "_")
+    topic, name = f"bench.path.{run_id}.{safe}", f"path_{run_id}_{safe}"
+    filters, brokers_file, brokers = write_broker_load(
+        args.state_dir / "filter_sets" / "user_path", args.filters, args.python_filters, args.brokers, 20, 4,
+        args.cuts)
+    send_source(cfg, topic, CachedSource(cached, args.backlog_visits, schema), schema, 0.0, 1, False,
+                lambda line: None)
+    argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters), "--brokers", str(brokers_file),
+            "--trigger", args.trigger, "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir)]
+    for setting in [*args.sets, *settings]:
+        argv += ["--set", setting]
+    log_file = cfg.state_dir / "run" / f"user_path.{safe}.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    job = Job(argv, log_file)
+    restarted_at = None
+    try:
+        job.wait_running()
+        time.sleep(SETTLE_S)
+        measured_from = time.time()
+        cpu_before, cpu_spent = cpu_now(job.process.pid, kafka_node()), None
+        sent: list = []
+        sender = threading.Thread(target=lambda: sent.append(send_source(
+            cfg, topic, CachedSource(cached, max(1, round(args.seconds)), schema), schema, 1.0, args.producers,
+            progress=not args.quiet, log=lambda line: None, spread_s=SPREAD_S)), daemon=True)
+        sender.start()
+        if args.restart_at:
+            time.sleep(args.restart_at)
+            cpu_spent = cpu_used(cpu_before, cpu_now(job.process.pid, kafka_node()))
+            job.kill()
+            restarted_at = time.time() - measured_from
+            job = Job(argv, log_file)
+            cpu_before = cpu_now(job.process.pid, kafka_node())
+        sender.join()
+        report = sent[0]
+        sending_ended = time.time()
+        alerts_table = cfg.state_dir / "delta" / name / "alerts"
+        lag_at_end = report.alerts - (_rows(alerts_table, measured_from) if exists(alerts_table) else 0)
+        archived_after = _wait_archived(alerts_table, measured_from, report.alerts, 900)
+        archived_s = None if archived_after is None else round(archived_after - sending_ended, 1)
+        wait_until_quiet(cfg, [f"filtered.{broker}" for broker in brokers], QUIET_S, 600)
+        cpu = cpu_used(cpu_before, cpu_now(job.process.pid, kafka_node()))
+        if cpu_spent is not None:
+            cpu = {part: round(cpu[part] + cpu_spent[part], 1) for part in cpu}
+    finally:
+        code = job.stop() if job.process.poll() is None else job.process.returncode
+    found = _sent_and_latency(cfg, brokers, measured_from)
+    every = sorted(ms for values in found.values() for _, ms in values)
+    python = sorted(ms for broker, values in found.items() if brokers[broker]["python"] for _, ms in values)
+    timeline = sorted((sent_ms / 1000 - measured_from, ms) for values in found.values() for sent_ms, ms in values)
+    return {"variant": variant, "settings": " ".join(settings) or "defaults", "alerts": report.alerts,
+            "messages": len(every), **{key: _s(percentile(every, q)) for key, q in PERCENTILES},
+            "max_s": _s(every[-1] if every else None), "python_messages": len(python),
+            **{f"python_{key}": _s(percentile(python, q)) for key, q in PERCENTILES if key != "p50_s"},
+            "restarted_at_s": None if restarted_at is None else round(restarted_at, 1),
+            "archive_lag_at_end": lag_at_end, "archived_s_after_sending": archived_s,
+            "cpu_driver_s": cpu["driver"], "cpu_archive_s": cpu["archive"], "cpu_kafka_s": cpu["kafka"],
+            "cpu_other_s": cpu["other"], "exit_code": code, "latencies_ms": every, "timeline": timeline}
+
+
+def _rows(table: Path, since: float) -> int:
+    """Rows of an ``alerts`` table whose alert was appended to the input topic after ``since``."""
+    import datetime as dt
+
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(table)).to_pyarrow_dataset().count_rows(
+        filter=ds.field("kafka_timestamp") >= dt.datetime.fromtimestamp(since, dt.UTC))
+
+
+def _wait_archived(table: Path, since: float, expected: int, timeout_s: float) -> float | None:
+    """When the archive's ``alerts`` table held the ``expected`` alerts sent after ``since`` (None: not within
+    ``timeout_s``)."""
+    from skyfilter.archive.delta_appends import exists
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if exists(table) and _rows(table, since) >= expected:
+            return time.time()
+        time.sleep(1.0)
+    return None
+
+
+def _sent_and_latency(cfg, brokers: dict[str, dict], since: float) -> dict[str, list[tuple[int, float]]]:
+    """Per broker, (input time ms, latency ms) of every message of an alert sent after ``since``."""
+    from skyfilter.core.delivery import read_topic
+
+    found: dict[str, list[tuple[int, float]]] = {}
+    for broker in brokers:
+        found[broker] = [(int(m.headers["input_time"]), m.latency_ms)
+                         for m in read_topic(cfg, f"filtered.{broker}", timeout=30)
+                         if m.latency_ms is not None and int(m.headers["input_time"]) >= since * 1000]
+    return found
+
+
+def verdicts(rows: list[dict], trigger: str) -> list[str]:
+    """Each run against the targets of its trigger."""
+    targets = TARGETS["realtime" if trigger == "realtime" else "0"]
+    return [note for row in rows for note in target_notes(row["variant"], row, targets)]
+
+
+def run(args: argparse.Namespace) -> dict[str, Path]:
+    """Run every variant; returns the result files."""
+    from bench.alert_cache import cached_visits
+    from bench.harness import bench_kafka, bench_schema, kafka_pid
+    from bench.report import write_results
+    from skyfilter.core.memory import RssSampler
+
+    variants = parse_variants(args.variants)
+    run_id = time.strftime("%Y%m%d%H%M%S")
+    rows = []
+    with bench_kafka(args.state_dir, args.bootstrap, sets=args.sets) as (cfg, cluster):
+        schema = bench_schema(cfg)
+        cached = cached_visits(args.state_dir / "cache", schema, min(args.cached_visits, max(1, round(args.seconds))),
+                               args.rate, args.stamps, progress=not args.quiet)
+        with RssSampler({"benchmark and job": lambda: os.getpid(), "kafka": kafka_pid(cluster)}) as memory:
+            for variant, settings in variants:
+                rows.append(run_variant(cfg, args, cached, schema, run_id, variant, settings, kafka_pid(cluster)))
+    columns = [("variant", "variant"), ("settings", "settings"), ("alerts", "alerts"),
+               ("messages", "broker messages"), ("p50_s", "p50 s"), ("p95_s", "p95 s"), ("p99_s", "p99 s"),
+               ("p999_s", "p99.9 s"), ("max_s", "max s"), ("python_p99_s", "Python brokers p99 s"),
+               ("restarted_at_s", "killed and restarted at s"), ("archive_lag_at_end", "archive lag at end"),
+               ("archived_s_after_sending", "all archived s after sending"), ("cpu_driver_s", "CPU s: driver"),
+               ("cpu_archive_s", "CPU s: archive"), ("cpu_kafka_s", "CPU s: Kafka"),
+               ("cpu_other_s", "CPU s: producers, rest"), ("exit_code", "exit")]
+    notes = [f"Per variant: a fresh topic holding {args.backlog_visits} visit(s) of {args.rate} alerts; "
+             f"`spark-submit pipelines/filter_stream.py --trigger {args.trigger}` under a new --name (both lanes, "
+             f"--starting-offsets auto); {SETTLE_S:g} s after its running: line, {args.rate} simulated Rubin alerts "
+             f"(with cutouts) a second for {args.seconds:g} s from {args.producers} producer process(es); the "
+             f"broker-like mix: {args.filters} filters ({args.python_filters} Python) over {args.brokers} brokers.",
+             "Latency: each broker message's Kafka timestamp minus its alert's input timestamp, every alert sent "
+             "counted (no warm-up).", *verdicts(rows, args.trigger)]
+    table_rows = [{key: r.get(key) for key, _ in columns} for r in rows]
+    return write_results(args.results, "user_path", "Started as users start it: latency per variant",
+                         table_rows, columns, notes, settings_of(args), args.command, _plot(rows), memory.peaks(),
+                         runs_table(args), memory.peak_breakdown())
+
+
+def _plot(rows: list[dict]):
+    from bench.report import pyplot
+
+    plt = pyplot()
+    figure, (tail, over_time) = plt.subplots(1, 2, figsize=(11, 4))
+    plot_latency_tail(tail, [(row["variant"], row["latencies_ms"]) for row in rows],
+                      "Latency tail per variant (p99 and p99.9 dotted)")
+    for row in rows:
+        over_time.scatter([t for t, _ in row["timeline"]], [ms / 1000 for _, ms in row["timeline"]], s=3,
+                          label=row["variant"])
+        if row["restarted_at_s"] is not None:
+            over_time.axvline(row["restarted_at_s"], color="gray", linestyle="--", linewidth=0.8)
+    over_time.set_yscale("log")
+    over_time.set_xlabel("alert sent, s after measuring began")
+    over_time.set_ylabel("delivery latency (s)")
+    over_time.set_title("Latency over the run (restart dashed)")
+    over_time.legend(fontsize="small")
+    figure.tight_layout()
+    return figure
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.harness import bench_main
+
+    return bench_main("bench.user_path", parse_args, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The delta-rs alerts writer run as the archive's alerts query (``archive.writer: delta-rs``).
+
+The stream job starts, polls, stops and drains its queries through a few
+members of Spark's ``StreamingQuery``; this thread offers the same ones, so the
+job handles the writer as it handles the query it replaces (clean stops
+between batches, failures raised with their lane, ``--available-now`` runs that
+end at the topic's end).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+
+from skyfilter.archive.alerts_writer import MAX_BATCH, AlertsWriter, WriterSettings, app_id
+from skyfilter.archive.delta_appends import stored_offsets
+from skyfilter.core.config import Config
+from skyfilter.filtering.input_schemas import registered_writers
+from skyfilter.plan.stream_plan import StreamPlan
+from skyfilter.plan.triggers import AVAILABLE_NOW, seconds
+
+WRITERS = ("spark", "delta-rs")
+
+
+class WriterQuery:
+    """An :class:`AlertsWriter` on a thread of its own, answering as a streaming query."""
+
+    def __init__(self, make_writer: Callable[[], AlertsWriter], name: str, available_now: bool = False):
+        self.id = uuid.uuid5(uuid.NAMESPACE_URL, f"skyfilter:{name}:archive:delta-rs")
+        self.name = name
+        self.available_now = available_now
+        self.make_writer = make_writer
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.writer: AlertsWriter | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"archive-writer-{name}")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.writer = self.make_writer()
+            self.writer.resume()
+            self.writer.run(lambda: not self.stopping.is_set(), self.available_now)
+        except BaseException as exc:  # noqa: BLE001 - handed to the job, which names the lane and the cause
+            self.error = exc
+        finally:
+            if self.writer is not None:
+                self.writer.close()
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 - StreamingQuery's name
+        return self.thread.is_alive()
+
+    @property
+    def status(self) -> dict:
+        """Whether a batch is being written (the job stops between batches)."""
+        writing = self.writer is not None and self.writer.writing
+        return {"isDataAvailable": writing, "isTriggerActive": writing}
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:  # noqa: N802 - StreamingQuery's name
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def exception(self) -> BaseException | None:
+        return self.error
+
+    def stop(self) -> None:
+        """Stop after the batch under way is committed."""
+        self.stopping.set()
+        self.thread.join()
+
+
+def start_writer(cfg: Config, plan: StreamPlan, trigger: str, log=print) -> WriterQuery:
+    """The alerts writer of a stream, started as the archive's alerts query with this trigger (``availableNow``:
+    until the topic's end as it is now)."""
+    available_now = trigger == AVAILABLE_NOW
+    settings = WriterSettings(
+        topic=plan.topic, name=plan.name, tables=plan.tables, delivery_log_topic=plan.delivery_log_topic,
+        trigger_s=1.0 if available_now else seconds(trigger),
+        max_alerts=min(int(cfg.archive.max_offsets_per_trigger or MAX_BATCH), MAX_BATCH),
+        night_offset_hours=plan.night_offset_hours,
+        max_alert_bytes=plan.max_alert_bytes, starting_offsets=str(cfg.stream.starting_offsets))
+    return WriterQuery(lambda: AlertsWriter(cfg, settings, plan.columns,
+                                            lambda: registered_writers(cfg, plan.topic), log),
+                       plan.name, available_now)
+
+
+def archived_offsets(plan: StreamPlan) -> Callable[[list[int]], dict[int, int]]:
+    """The next offset of each input partition the writer has committed (the archive lane's lag is measured
+    against them: it keeps no checkpoint)."""
+    return lambda partitions: stored_offsets(plan.tables["alerts"], app_id(plan.name), plan.topic, partitions,
+                                             scan=False)
