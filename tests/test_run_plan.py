@@ -116,12 +116,21 @@ def test_a_cluster_master_found_under_spark_submit_settles_the_run_again(cfg):
     ("archive.process", "apart", "archive.process is 'apart': use auto, same or separate"),
     ("stream.trigger", "fast", "'fast' is not a duration like 500ms, 5s or 1m"),
     ("archive.trigger", "10 sec", "'10 sec' is not a duration like 500ms, 5s or 1m"),
+    ("archive.writer", "rust", "archive.writer is 'rust': use spark or delta-rs"),
 ])
 def test_a_wrong_setting_is_one_line_before_anything_starts(cfg, key, value, message):
     cfg.set(key, value)
     with pytest.raises(SkyfilterError) as refused:
         settle_run(cfg, "night", "both", False, "local[2]")
     assert str(refused.value) == message
+
+
+def test_the_delta_rs_writer_refuses_nightly_topics_in_one_line(cfg):
+    cfg.set("archive.writer", "delta-rs")
+    assert settle_run(cfg, "night", "both", False, "local[2]")[0].archive_apart
+    cfg.set("stream.nightly_topics.enabled", True)
+    with pytest.raises(SkyfilterError, match="^archive.writer delta-rs does not copy alerts to nightly topics yet"):
+        settle_run(cfg, "night", "both", False, "local[2]")
 
 
 def test_brokers_are_values(cfg):
