@@ -20,8 +20,6 @@ from skyfilter.filtering.input_schemas import registered_writers
 from skyfilter.plan.stream_plan import StreamPlan
 from skyfilter.plan.triggers import AVAILABLE_NOW, seconds
 
-WRITERS = ("spark", "delta-rs")
-
 
 class WriterQuery:
     """An :class:`AlertsWriter` on a thread of its own, answering as a streaming query."""
