@@ -62,7 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "of its settings.")
     parser.add_argument("--variants", default="spark:archive.writer=spark,delta-rs:archive.writer=delta-rs",
                         help="runs, comma-separated, each NAME:KEY=VALUE+KEY=VALUE... (settings of that run's "
-                             "stream; NAME alone: the defaults)")
+                             "stream; --FLAG=VALUE: a flag of its command line, e.g. --lane=delivery; NAME alone: "
+                             "the defaults)")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of sending per run (default 60)")
     parser.add_argument("--rate", type=int, default=256, help="alerts per second, one visit each (default 256)")
     parser.add_argument("--backlog-visits", type=int, default=2,
@@ -155,7 +156,9 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
     argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters), "--brokers", str(brokers_file),
             "--trigger", args.trigger, "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir)]
     for setting in [*args.sets, *settings]:
-        argv += ["--set", setting]
+        flag, _, value = setting.partition("=")
+        argv += [flag, value] if flag.startswith("--") else ["--set", setting]
+    archives = "--lane=delivery" not in settings
     log_file = cfg.state_dir / "run" / f"user_path.{safe}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     job = Job(argv, log_file)
@@ -181,8 +184,9 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
         report = sent[0]
         sending_ended = time.time()
         alerts_table = cfg.state_dir / "delta" / name / "alerts"
-        lag_at_end = report.alerts - (_rows(alerts_table, measured_from) if exists(alerts_table) else 0)
-        archived_after = _wait_archived(alerts_table, measured_from, report.alerts, 900)
+        lag_at_end = None if not archives else \
+            report.alerts - (_rows(alerts_table, measured_from) if exists(alerts_table) else 0)
+        archived_after = _wait_archived(alerts_table, measured_from, report.alerts, 900) if archives else None
         archived_s = None if archived_after is None else round(archived_after - sending_ended, 1)
         wait_until_quiet(cfg, [f"filtered.{broker}" for broker in brokers], QUIET_S, 600)
         cpu = cpu_used(cpu_before, cpu_now(job.process.pid, kafka_node()))

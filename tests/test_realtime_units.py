@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
+import time
 from pathlib import Path
 
 import fastavro
@@ -14,7 +16,14 @@ from skyfilter.core.avro_schemas import only_paths, rubin_schema
 from skyfilter.core.config import Config
 from skyfilter.core.cpu_share import idle_group
 from skyfilter.core.settings import Realtime
-from skyfilter.filtering.filter_workers import answer, answer_all, one_verdict, verdict_marks
+from skyfilter.filtering.filter_workers import (
+    FRAME,
+    FilterWorkers,
+    answer,
+    answer_all,
+    one_verdict,
+    verdict_marks,
+)
 from skyfilter.plan.run_plan import BrokerNeeds, needs_from_files, realtime_refusal, settle_triggers
 
 RAISES = """
@@ -51,7 +60,7 @@ def _filter_set(folder: Path, sources: dict[str, str], schema: pa.Schema, budget
     for name, source in sources.items():
         path = folder / f"{name}.py"
         path.write_text(source)
-        wanted = {"raises": ["c0"], "bright": ["c0", "c1"], "history": ["c2"]}[name]
+        wanted = {"raises": ["c0"], "bright": ["c0", "c1"], "history": ["c2"], "counts": ["c0"]}[name]
         filters.append({"name": name, "path": str(path), "source": source, "function": name,
                         "positions": [columns.index(c) for c in wanted]})
     encoded = base64.b64encode(schema.serialize().to_pybytes()).decode()
@@ -86,6 +95,39 @@ def test_alerts_waiting_together_are_answered_with_one_call_per_filter(tmp_path)
     assert [reply.split("\n")[0] for reply in replies] == ["1n", "0n", "0n", "0n"]
     assert "\n" in replies[0] and not any("\n" in reply for reply in replies[1:]), "the failure said once"
     assert json.loads(replies[0].split("\n", 1)[1])["raises"]["sample"] == "0"
+
+
+def test_the_worker_process_waits_briefly_for_the_other_tasks_and_calls_each_filter_once(tmp_path):
+    calls = tmp_path / "calls.txt"
+    counts = RAISES.replace("def raises(snr):", "def counts(snr):").replace(
+        'raise ValueError("no")', f"open({str(calls)!r}, 'a').write(f'{{len(snr)}}\\n')\n    return snr > 10")
+    workers = FilterWorkers(log=lambda line: None).start()
+    try:
+        _filter_set(Path(workers.folder), {"counts": counts}, pa.schema([pa.field("c0", pa.float32())]))
+        tasks = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
+        for task in tasks:
+            task.connect(workers.socket)
+        time.sleep(0.2)  # the worker has taken the three connections in
+        for snr, task in zip([50.0, 5.0, 20.0], tasks, strict=True):  # three tasks' alerts, as a burst sends them
+            request = b"set1\n" + json.dumps({"alert_id": "a", "c0": snr}).encode()
+            task.sendall(FRAME.pack(len(request)) + request)
+        replies = [_reply(task) for task in tasks]
+        assert replies == ["1", "0", "1"]
+        assert calls.read_text().split() == ["3"], "one call for the three alerts"
+        began = time.monotonic()
+        request = b'set1\n{"alert_id": "b", "c0": 30.0}'
+        tasks[0].sendall(FRAME.pack(len(request)) + request)  # a lone alert while the other tasks are idle
+        assert _reply(tasks[0]) == "1" and time.monotonic() - began < 1.0
+        assert calls.read_text().split() == ["3", "1"]
+        for task in tasks:
+            task.close()
+    finally:
+        workers.close()
+
+
+def _reply(task: socket.socket) -> str:
+    size = FRAME.unpack(task.recv(FRAME.size, socket.MSG_WAITALL))[0]
+    return task.recv(size, socket.MSG_WAITALL).decode()
 
 
 def test_a_filter_worker_interrupts_a_filter_that_hangs(tmp_path):

@@ -46,6 +46,13 @@ def probe_warm_up_kafka_clients(spark):
                                     [], "nothing", "skyfilter-probe")
 
 
+def probe_task_conf_state(spark):
+    active, served = internals.task_conf_state(spark)
+    assert active, "the TaskConf plugin found no SQLConf.existingConf: tasks build a configuration per field"
+    _frame(spark).repartition(2).write.format("noop").mode("overwrite").save()
+    assert internals.task_conf_state(spark)[1] >= served + 2  # every task of the job started with its conf
+
+
 def probe_avro_schema_of(spark):
     struct = _frame(spark).select(F.struct("alert_id", "band").alias("s")).schema[0].dataType
     schema = internals.avro_schema_of(spark, struct.json(), "probe", "skyfilter.test")
@@ -212,6 +219,7 @@ PROBES = {
     "register_python_filter_call": probe_python_filter_functions, "arrow_schema_of": probe_python_filter_functions,
     "PlanTemplate.of": probe_template, "PlanTemplate.apply": probe_template,
     "pass_stop_signals_to": probe_pass_stop_signals_to, "announce_query_stop": probe_announce_query_stop,
+    "task_conf_state": probe_task_conf_state,
 }
 
 

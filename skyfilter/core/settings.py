@@ -120,6 +120,7 @@ class Realtime:
     fetch_max_wait_ms: int
     python_filters: bool
     caps: bool
+    warm_up_alerts: int
 
 
 @dataclass(frozen=True)

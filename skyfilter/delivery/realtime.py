@@ -60,7 +60,7 @@ from skyfilter.lanes.kafka_watch import offsets_past_checkpoint
 from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.outgoing import message_steps, with_batch_id
 from skyfilter.plan.quarantine import Quarantine
-from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan, probe_batch
+from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, PROBE_ALERTS, StreamPlan, probe_batch
 from skyfilter.plan.triggers import duration, seconds
 from skyfilter.spark.internals import (
     announce_query_stop,
@@ -139,15 +139,18 @@ class RealtimeLane(Lane):
                                                   plan.delivery_log_topic, LANE, plan.inputs.readable,
                                                   log_values=errors))
 
-    def warm_up(self) -> None:
-        """Run the query's code once on probe alerts, and load the Kafka clients, before the long-lived tasks start.
+    def warm_up(self, alerts: int | None = None) -> None:
+        """Run the query's code on probe alerts, and open the Kafka clients, before the long-lived tasks start.
 
         Spark caches generated code by its text and the JVM compiles what ran often, so
         the Real-time tasks find the decoding and filtering compiled, and the Kafka
-        clients' classes loaded, instead of the first visit waiting for them.  The
+        producer holding the output topics' metadata, instead of the first visit waiting
+        for them.  ``alerts``: how many probe alerts (default ``stream.realtime.warm_up_alerts``,
+        the thousands the JIT needs in a fresh JVM; a restart in a warm one needs few).  The
         probe's caps go to a ledger of their own, forgotten afterwards.
         """
-        probe = probe_batch(self.spark, self.plan)
+        began, alerts = time.monotonic(), alerts or self.cfg.stream.realtime.warm_up_alerts
+        probe = probe_batch(self.spark, self.plan, alerts)
         ledger = f"{self.plan.name}{WARM_UP_LEDGER}"
         capped = any(b.max_alerts_per_visit is not None for b in self.brokers())
         if capped:
@@ -158,6 +161,7 @@ class RealtimeLane(Lane):
             if capped:
                 close_visit_caps(self.spark, ledger)
         self.warm_up_kafka(self.plan.output_topics(self.brokers()), self.plan.topic)
+        self.log(f"realtime: warmed up on {alerts} probe alerts in {time.monotonic() - began:.1f} s")
 
     def _filter_set(self, filters: list[FilterSpec]) -> FilterSet | None:
         """The filter workers' set of these filters' Python ones (the workers started on first use)."""
@@ -288,7 +292,7 @@ class RealtimeLane(Lane):
     def restart(self) -> StreamingQuery:
         """Start the query again from its checkpoint, warmed up (what it sent since then is sent again)."""
         self.take_plan()
-        self.warm_up()
+        self.warm_up(PROBE_ALERTS)  # beside the running query: its JVM is warm, the new plan's code is not loaded
         self.stop()
         self.start()
         self.wait_until_reading()

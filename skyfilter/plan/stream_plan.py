@@ -52,10 +52,10 @@ KAFKA_SOURCE_SCHEMA = T.StructType([
     T.StructField("timestampType", T.IntegerType()),
 ])
 
-WARM_UP_ALERTS = 200  # enough for the JVM to compile the decoding and filtering it runs most
+PROBE_ALERTS = 200  # enough to generate and load a query's code (compiling it by the JIT takes thousands)
 
 
-def probe_batch(spark, plan: StreamPlan, alerts: int = WARM_UP_ALERTS) -> DataFrame:
+def probe_batch(spark, plan: StreamPlan, alerts: int = PROBE_ALERTS) -> DataFrame:
     """Input rows shaped like the Kafka source's, to run a lane's query once before alerts come.
 
     One empty row (the path of a message that cannot be decoded) and ``alerts`` alerts with

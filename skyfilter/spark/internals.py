@@ -88,13 +88,18 @@ def observation_ready(observation: Observation) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------- Kafka
-@internal("Spark opens its Kafka clients inside tasks; only the driver JVM's own classes can be warmed before them")
+@internal("Spark opens its Kafka clients inside tasks and keeps its producers in a private pool; the pooled "
+          "producer the sink will use is reached through that pool")
 def warm_up_kafka_clients(spark: SparkSession, settings: dict[str, str], output_topics: Sequence[str],
                           input_topic: str, client_id: str) -> None:
-    """Load the JVM's Kafka producer and consumer classes and fetch the topics' metadata, sending nothing.
+    """Open the producer the Kafka sink of this JVM will use and fetch the output topics' metadata into it, and
+    load the consumer classes, sending nothing.
 
-    ``settings`` are Kafka client settings (without Spark's ``kafka.`` prefix).
-    A consumer is assigned ``input_topic``'s partitions at their end and polls once:
+    ``settings`` are the sink's Kafka settings (without Spark's ``kafka.`` prefix):
+    Spark's pool hands its tasks the producer of exactly those settings plus its byte
+    serializers, so they find the metadata of every topic already there instead of
+    waiting for it topic by topic on their first records (0.5-1 s for 22 topics).  A
+    consumer is assigned ``input_topic``'s partitions at their end and polls once:
     nothing is read and no offset moves.
     """
     jvm = _jvm(spark)
@@ -106,14 +111,19 @@ def warm_up_kafka_clients(spark: SparkSession, settings: dict[str, str], output_
         return props
 
     serializer = "org.apache.kafka.common.serialization.ByteArraySerializer"
-    producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(properties(
-        {"key.serializer": serializer, "value.serializer": serializer, "max.block.ms": "5000"}))
+    params = jvm.java.util.HashMap()
+    for key, value in {**settings, "key.serializer": serializer, "value.serializer": serializer}.items():
+        params.put(key, str(value))
+    pool = getattr(getattr(jvm.org.apache.spark.sql.kafka010.producer, "InternalKafkaProducerPool$"), "MODULE$")
+    pooled = pool.acquire(params)
     try:
         for topic in output_topics:
-            with contextlib.suppress(Py4JJavaError):  # the sink's own write says what is wrong with a topic
-                producer.partitionsFor(topic)
+            try:
+                pooled.producer().partitionsFor(topic)
+            except Py4JJavaError:  # Kafka does not answer: the sink's own write says so, after its own wait
+                break
     finally:
-        producer.close()
+        pool.release(pooled)
     deserializer = "org.apache.kafka.common.serialization.ByteArrayDeserializer"
     consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(properties(
         {"key.deserializer": deserializer, "value.deserializer": deserializer, "enable.auto.commit": "false",
@@ -167,6 +177,14 @@ def close_visit_caps(spark: SparkSession, ledger: str) -> None:
 def register_python_filter_call(spark: SparkSession) -> None:
     """Register the SQL function that calls a stream's Python filter workers alert by alert."""
     _jvm(spark).skyfilter.PythonFilterCall.register(spark._jsparkSession)
+
+
+@internal("inside a task Spark 4.2 builds a SQL configuration per nested field it decodes; the thread-local that "
+          "holds one per task is private to Spark, so skyfilter's plugin (spark/jvm/TaskConf.java) sets it")
+def task_conf_state(spark: SparkSession) -> tuple[bool, int]:
+    """(whether tasks of this JVM get their SQL configuration once, how many tasks got it so far)."""
+    task_conf = _jvm(spark).skyfilter.TaskConf
+    return bool(task_conf.active()), int(task_conf.tasksServed())
 
 
 @internal("a stopped query's cancelled write logs ERROR lines that are no failure; Spark offers no way to tell "

@@ -53,6 +53,8 @@ def write_spark_defaults(target: Path, jars: list[Path] | None = None, python: s
              # on the class path from the JVM's start: log4j2.properties names its log policy
              f"spark.driver.extraClassPath                    {JVM_JAR}",
              f"spark.executor.extraClassPath                  {JVM_JAR}",
+             # one SQL configuration per task instead of one per nested field decoded (spark/jvm/TaskConf.java)
+             "spark.plugins                                  skyfilter.TaskConf",
              f"spark.pyspark.python                           {python}",
              f"spark.pyspark.driver.python                    {python}", ""]
     (target / "spark-defaults.conf").write_text("\n".join(lines))
