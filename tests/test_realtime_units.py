@@ -165,7 +165,7 @@ def test_verdict_marks_take_a_batch_of_booleans_and_refuse_the_wrong_length_or_k
 
 
 def test_brokers_go_to_micro_batches_only_when_the_settings_or_the_master_say_so():
-    on, off = Realtime("5m", 500, True, True), Realtime("5m", 500, False, False)
+    on, off = Realtime("5m", 500, True, True, 3000), Realtime("5m", 500, False, False, 3000)
     assert realtime_refusal(BrokerNeeds(True, ("fast_riser",)), on, local_master=True) is None
     assert realtime_refusal(BrokerNeeds(True, ("fast_riser",)), on, local_master=False) == (
         "a per-visit cap (the visit cap ledger needs a local master); Python filter(s) fast_riser (the filter "
