@@ -145,8 +145,8 @@ class RealtimeLane(Lane):
         Spark caches generated code by its text and the JVM compiles what ran often, so
         the Real-time tasks find the decoding and filtering compiled, and the Kafka
         producer holding the output topics' metadata, instead of the first visit waiting
-        for them.  ``alerts``: how many probe alerts (default ``stream.realtime.warm_up_alerts``,
-        the thousands the JIT needs in a fresh JVM; a restart in a warm one needs few).  The
+        for them.  ``alerts``: how many probe alerts (default ``stream.realtime.warm_up_alerts``;
+        more let the JIT compile more before the night, at seconds per thousand).  The
         probe's caps go to a ledger of their own, forgotten afterwards.
         """
         began, alerts = time.monotonic(), alerts or self.cfg.stream.realtime.warm_up_alerts

@@ -56,11 +56,6 @@ public final class TaskConf implements SparkPlugin {
         return SERVED.get();
     }
 
-    /** Whether SQLConf.get, called twice in the running task, answers the same configuration (tests). */
-    public static boolean sameConfTwiceInTask() {
-        return TaskContext.get() != null && SQLConf.get() == SQLConf.get();
-    }
-
     @SuppressWarnings("unchecked")
     private static ThreadLocal<SQLConf> existingConf() {
         try {
