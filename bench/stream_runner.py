@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skyfilter.archive.process import ARCHIVE_LINE, LOG_LINE
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.lanes.totals import ARCHIVE_LINE, LOG_LINE
 
 DELIVERY_LINE = re.compile(r"^(?:realtime )?batch (\d+): (\d+) alerts, (\d+) matches")
 

@@ -3,6 +3,7 @@ own, and the status of a stream whose archive runs apart."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -17,7 +18,7 @@ from skyfilter.core.lanes import LANE_CHOICES
 from skyfilter.core.status import status_file, stream_lines, stream_names
 from skyfilter.jobs.filter_stream import archive_arguments, parse_args
 from skyfilter.lanes.totals import StreamTotals
-from skyfilter.plan.run_plan import archive_apart
+from skyfilter.plan.run_plan import archive_apart, settle_run
 from skyfilter.plan.slots import Slots, check_realtime_slots, delivery_tasks, local_cores, plan_slots
 
 BOTH = LANE_CHOICES["both"]
@@ -70,12 +71,14 @@ def test_the_archive_runs_apart_only_for_a_long_running_job_of_both_lanes(cfg):
 def test_the_archive_process_gets_the_same_stream_and_settings_and_no_endpoint(cfg, tmp_path):
     args = parse_args(["--topic", "t", "--trigger", "0", "--stop-when-idle", "30", "--set", "stream.tasks=1",
                        "--state-dir", str(tmp_path)])
-    arguments = archive_arguments(args, cfg, "t", "night1")
+    run = settle_run(cfg, "night1", "both", False, "local[2]")[0]
+    arguments = archive_arguments(args, cfg, dataclasses.replace(run, topic="t"))
     child = parse_args(arguments)
     assert (child.lane, child.topic, child.name, child.stop_when_idle) == ("archive", "t", "night1", None), \
         "the parent stops it once delivery has stopped"
     assert child.state_dir == str(tmp_path) and child.archive_trigger == cfg.archive.trigger
-    assert child.set == ["stream.tasks=1", "monitoring.port=null", "archive.process=same"]
+    assert child.set == ["stream.tasks=1", "monitoring.port=null", "archive.process=same",
+                         f"archive.writer={run.archive_writer}"], "the writer this run settled (auto: per stream)"
 
 
 def test_status_shows_the_archive_lanes_of_a_process_of_their_own(cfg):

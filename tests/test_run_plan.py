@@ -116,7 +116,7 @@ def test_a_cluster_master_found_under_spark_submit_settles_the_run_again(cfg):
     ("archive.process", "apart", "archive.process is 'apart': use auto, same or separate"),
     ("stream.trigger", "fast", "'fast' is not a duration like 500ms, 5s or 1m"),
     ("archive.trigger", "10 sec", "'10 sec' is not a duration like 500ms, 5s or 1m"),
-    ("archive.writer", "rust", "archive.writer is 'rust': use spark or delta-rs"),
+    ("archive.writer", "rust", "archive.writer is 'rust': use auto, spark or delta-rs"),
 ])
 def test_a_wrong_setting_is_one_line_before_anything_starts(cfg, key, value, message):
     cfg.set(key, value)
@@ -131,6 +131,30 @@ def test_the_delta_rs_writer_refuses_nightly_topics_in_one_line(cfg):
     cfg.set("stream.nightly_topics.enabled", True)
     with pytest.raises(SkyfilterError, match="^archive.writer delta-rs does not copy alerts to nightly topics yet"):
         settle_run(cfg, "night", "both", False, "local[2]")
+
+
+def test_auto_archive_writer_is_delta_rs_unless_the_archive_needs_spark(cfg):
+    """``auto`` (the default) writes the archive without Spark, except where only Spark's queries can: nightly
+    topics, or a stream whose alerts table holds the layout before the raw one."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from skyfilter.plan.tables import table_paths
+
+    cfg.set("archive.writer", "auto")
+    run, line = settle_run(cfg, "night", "both", False, "local[2]")
+    assert run.archive_writer == "delta-rs" and "archive.writer" not in line
+    cfg.set("stream.nightly_topics.enabled", True)
+    run, line = settle_run(cfg, "night", "both", False, "local[2]")
+    assert run.archive_writer == "spark" and "nightly topics" in line
+    cfg.set("stream.nightly_topics.enabled", False)
+    write_deltalake(str(table_paths(cfg, "decoded")["alerts"]),
+                    pa.table({"alert_id": ["1"], "night": ["2026-11-01"], "diaSource": [{"snr": 5.0}]}))
+    run, line = settle_run(cfg, "decoded", "both", False, "local[2]")
+    assert run.archive_writer == "spark" and "holds the layout before the raw one" in line
+    assert settle_run(cfg, "night", "both", False, "local[2]")[0].archive_writer == "delta-rs", "per stream"
+    cfg.set("archive.writer", "spark")
+    assert settle_run(cfg, "night", "both", False, "local[2]")[0].archive_writer == "spark"
 
 
 def test_brokers_are_values(cfg):

@@ -36,13 +36,13 @@ from skyfilter.archive.delta_appends import (
 )
 from skyfilter.archive.index_fields import IndexFields
 from skyfilter.archive.layout import STATS_COLUMNS
+from skyfilter.archive.topic_batches import TopicBatches, next_offsets
 from skyfilter.core.alert_columns import AlertColumns
 from skyfilter.core.config import Config
 from skyfilter.core.kafka_clients import client_settings
 from skyfilter.core.lanes import LaneName
 
 LANE = LaneName.ARCHIVE
-POLL_S = 0.5  # longest wait for messages inside a batch window
 MAX_BATCH = 1_000  # messages per commit at most (about 130 MB of Rubin alerts): a batch is held in Python twice,
                    # and 1,000 cost 25% less CPU per alert than 3,000 (fewer fresh pages to fault in)
 
@@ -62,27 +62,23 @@ class WriterSettings:
     starting_offsets: str  # "earliest", "latest" or a Spark offsets JSON of the input topic
 
 
-class AlertsWriter:
+class AlertsWriter(TopicBatches):
     """Reads the input topic and appends every message once to ``alerts`` (or ``rejects``)."""
 
     def __init__(self, cfg: Config, settings: WriterSettings, columns: AlertColumns,
                  registered: Callable[[], dict[int, str]], log=print):
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Producer
 
-        self.cfg, self.settings, self.log = cfg, settings, log
+        super().__init__(cfg, settings.topic, f"skyfilter-{settings.name}-archive", settings.trigger_s,
+                         settings.max_alerts, log)
+        self.settings = settings
         self.app_id = app_id(settings.name)
         self.index = IndexFields(columns, settings.night_offset_hours, settings.max_alert_bytes)
         self.registered = registered  # the writer schemas registered for the topic, id -> text (asked again for
         self.recorded = set(read_column(settings.tables["schemas"], "schema_id"))  # an id not seen before)
         self._look_up(None)
-        self.consumer = Consumer(client_settings(cfg, **{
-            "group.id": f"skyfilter-{settings.name}-archive", "enable.auto.commit": False, "log_level": 0,
-            "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024}))
         self.summaries = Producer(client_settings(cfg, acks="all", log_level=0, **{"enable.idempotence": True}))
         self.run_id = str(uuid.uuid4())
-        self.started: dict[int, int] = {}  # where each partition was read from (resume)
-        self.batches = 0
-        self.writing = False  # a batch is being written (a stop waits for it)
 
     def _look_up(self, messages: list | None) -> None:
         """Read the registry again when messages carry writer ids not known yet (and at the start)."""
@@ -105,75 +101,35 @@ class AlertsWriter:
                         pa.Table.from_pylist([{"schema_id": schema_id, "schema_json": text}], schema=SCHEMAS_SCHEMA))
             self.recorded.add(schema_id)
 
-    def resume(self) -> dict[int, int]:
-        """Where each input partition is read from: the table's stored offsets, else the stream's start."""
-        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+    def stored(self, partitions: list[int]) -> dict[int, int]:
+        return stored_offsets(self.settings.tables["alerts"], self.app_id, self.topic, partitions)
 
-        topic = self.settings.topic
-        partitions = sorted(self.consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-        stored = stored_offsets(self.settings.tables["alerts"], self.app_id, topic, partitions)
+    def first_offset(self, partition: int) -> int:
+        """The stream's start: ``earliest``, ``latest`` or the partition's offset in a Spark offsets JSON."""
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
+
         start = self.settings.starting_offsets
-        named = json.loads(start).get(topic, {}) if start.startswith("{") else {}
-        default = OFFSET_END if start == "latest" else OFFSET_BEGINNING
-        offsets = {p: stored.get(p, int(named.get(str(p), default))) for p in partitions}
-        self.started = offsets
-        self.consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
-        return offsets
+        named = json.loads(start).get(self.topic, {}) if start.startswith("{") else {}
+        return int(named.get(str(partition), OFFSET_END if start == "latest" else OFFSET_BEGINNING))
 
-    def run(self, keep_going, available_now: bool = False) -> int:
-        """Archive batches while ``keep_going()`` (``available_now``: until the topic's end as of the start); the
-        number of batches."""
-        ends = self._ends() if available_now else None
-        while keep_going():
-            messages = self._collect(keep_going)
-            if messages:
-                self._write(messages)
-            if ends is not None and self._reached(ends):
-                break
-        return self.batches
-
-    def _collect(self, keep_going) -> list:
-        """Messages of one batch window: from the first arrival, ``trigger_s`` or ``max_alerts``, whichever first."""
-        messages: list = []
-        deadline = None
-        while len(messages) < self.settings.max_alerts and keep_going():
-            wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
-            got = self.consumer.consume(self.settings.max_alerts - len(messages), wait)
-            messages += [m for m in got if m.error() is None]
-            if messages and deadline is None:
-                deadline = time.monotonic() + self.settings.trigger_s
-            if deadline is not None and time.monotonic() >= deadline or (not got and deadline is None):
-                break
-        return messages
-
-    def _write(self, messages: list) -> None:
-        self.writing = True
-        try:
-            self._write_batch(messages)
-        finally:
-            self.writing = False
-
-    def _write_batch(self, messages: list) -> None:
+    def write_batch(self, messages: list) -> None:
         started = time.time()
         self._look_up(messages)
         rows = [{"kafka_topic": m.topic(), "kafka_partition": m.partition(), "kafka_offset": m.offset(),
                  "kafka_timestamp": m.timestamp()[1] * 1000, "kafka_key": m.key(), "kafka_value": m.value()}
                 for m in messages]
         batch = self.index.split(rows)
-        next_offsets: dict[int, int] = {}
-        for m in messages:
-            next_offsets[m.partition()] = max(next_offsets.get(m.partition(), 0), m.offset() + 1)
+        offsets = next_offsets(messages)
         tables = self.settings.tables
         if batch.rejected:
-            kept = stored_offsets(tables["rejects"], self.app_id, self.settings.topic, sorted(next_offsets))
+            kept = stored_offsets(tables["rejects"], self.app_id, self.topic, sorted(offsets))
             fresh = [r for r in batch.rejected if r["kafka_offset"] >= kept.get(r["kafka_partition"], -1)]
             if fresh:
                 append_once(tables["rejects"], _table(fresh, REJECTS_SCHEMA, batch_id=self.batches),
-                            self.app_id, next_offsets)
-        version = append_once(tables["alerts"], _table(batch.accepted, ALERTS_SCHEMA), self.app_id, next_offsets,
+                            self.app_id, offsets)
+        version = append_once(tables["alerts"], _table(batch.accepted, ALERTS_SCHEMA), self.app_id, offsets,
                               ["night"], {"delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS)})
         finished = time.time()
-        self.batches += 1
         self._summarize(version, started, finished, rows, batch)
         self.log(f"archive batch {version}: {len(batch.accepted)} alerts archived, {len(batch.rejected)} rejected, "
                  f"done in {finished - started:.2f} s")
@@ -199,21 +155,10 @@ class AlertsWriter:
                                value=json.dumps(summary).encode())
         self.summaries.poll(0)
 
-    def _ends(self) -> dict[int, int]:
-        from confluent_kafka import TopicPartition
-
-        return {tp.partition: self.consumer.get_watermark_offsets(TopicPartition(self.settings.topic,
-                                                                                 tp.partition), timeout=10)[1]
-                for tp in self.consumer.assignment()}
-
-    def _reached(self, ends: dict[int, int]) -> bool:
-        positions = {tp.partition: tp.offset for tp in self.consumer.position(self.consumer.assignment())}
-        return all(max(positions.get(p, -1), self.started.get(p, -1)) >= end for p, end in ends.items())
-
     def close(self) -> None:
         """Let go of Kafka (the offsets live in the table: nothing to commit)."""
         self.summaries.flush(10)
-        self.consumer.close()
+        super().close()
 
 
 def _table(rows: list[dict], schema: pa.Schema, **constant) -> pa.Table:

@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
+from skyfilter.archive.log_rows import LogTable
+
 # the raw layout of ``alerts`` (skyfilter/archive/layout.py), typed as Spark types it
 ALERTS_SCHEMA = pa.schema([
     ("kafka_topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
@@ -78,3 +80,81 @@ def read_column(path: Path, column: str) -> list:
     if not exists(path):
         return []
     return DeltaTable(str(path)).to_pyarrow_dataset().to_table(columns=[column]).column(column).to_pylist()
+
+
+class KeyedAppends:
+    """A table of the delivery log written by delta-rs: each row stored once by its keys, however often the log
+    repeats it (a retried delivery batch logs its records again, possibly in a later batch of the writer).
+
+    Per partition value (night) and source it keeps the highest key the table holds, read from the table when a
+    partition first comes: a batch whose rows all lie above their marks is appended as it is; only one that
+    reaches back to or below a mark reads the stored keys from that point on and leaves out the rows already
+    there.  Exact because the writer is the table's only writer.
+    """
+
+    def __init__(self, path: Path, table: LogTable):
+        self.path = path
+        self.table = table
+        self._marks: dict[object, dict[tuple, object]] = {}  # partition value -> {source: highest stored}
+
+    def insert(self, rows: list[dict], app_id: str, next_offsets: dict[int, int]) -> int:
+        """Append the rows the table does not hold yet with the log offsets they reach, in one commit (also when
+        none is new, so the table's offsets keep up); how many were new."""
+        keys, growing = self.table.keys, self.table.keys[-1]
+        rows = list({tuple(row[k] for k in keys): row for row in rows}.values())
+        spans: dict[tuple, tuple] = {}  # (partition value, source) -> (lowest, highest) growing key
+        for row in rows:
+            at = (self._part(row), self._source(row))
+            low, high = spans.get(at, (row[growing], row[growing]))
+            spans[at] = (min(low, row[growing]), max(high, row[growing]))
+        self._load({part for part, _ in spans})
+        if any((mark := self._marks[part].get(source)) is not None and low <= mark
+               for (part, source), (low, _) in spans.items()):
+            stored = self._stored_keys(min(low for low, _ in spans.values()), {part for part, _ in spans})
+            rows = [row for row in rows if tuple(row[k] for k in keys) not in stored]
+        partition_by = [self.table.partition_by] if self.table.partition_by else None
+        append_once(self.path, pa.Table.from_pylist(rows, schema=self.table.schema), app_id, next_offsets,
+                    partition_by)
+        for (part, source), (_, high) in spans.items():
+            marks = self._marks[part]
+            marks[source] = high if marks.get(source) is None else max(marks[source], high)
+        return len(rows)
+
+    def _part(self, row: dict):
+        return row[self.table.partition_by] if self.table.partition_by else None
+
+    def _source(self, row: dict) -> tuple:
+        return tuple(row[name] for name in self.table.sources)
+
+    def _where(self, parts: set):
+        """Rows of these partition values (a row without one is in the partition of nulls)."""
+        column = pc.field(self.table.partition_by)
+        where = column.isin(sorted(part for part in parts if part is not None))
+        return where | column.is_null() if None in parts else where
+
+    def _load(self, parts: set) -> None:
+        missing = parts - self._marks.keys()
+        if not missing:
+            return
+        for part in missing:
+            self._marks[part] = {}
+        if not exists(self.path):
+            return
+        group = ([self.table.partition_by] if self.table.partition_by else []) + list(self.table.sources)
+        growing = self.table.keys[-1]
+        stored = DeltaTable(str(self.path)).to_pyarrow_dataset().to_table(
+            columns=list(dict.fromkeys(group + [growing])),
+            filter=self._where(missing) if self.table.partition_by else None)
+        for row in stored.group_by(group).aggregate([(growing, "max")]).to_pylist():
+            self._marks[self._part(row)][self._source(row)] = row[f"{growing}_max"]
+
+    def _stored_keys(self, lowest, parts: set) -> set[tuple]:
+        """The keys of stored rows a batch whose smallest growing key is ``lowest`` could repeat."""
+        if not exists(self.path):
+            return set()
+        where = pc.field(self.table.keys[-1]) >= lowest
+        if self.table.partition_by:
+            where = where & self._where(parts)
+        stored = DeltaTable(str(self.path)).to_pyarrow_dataset().to_table(columns=list(self.table.keys),
+                                                                          filter=where)
+        return set(zip(*(stored.column(key).to_pylist() for key in self.table.keys), strict=True))

@@ -31,13 +31,11 @@ from skyfilter.core.alert_columns import AlertColumns
 from skyfilter.core.avro_schemas import cutout_fields, only_paths, schema_text
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.wire import HEADER_SIZE, frame
-from skyfilter.filtering.decode import KAFKA_COLUMNS
 from skyfilter.filtering.input_schemas import per_writer
-from skyfilter.plan.tables import is_table
+from skyfilter.plan.tables import RAW_COLUMNS, is_table
 from skyfilter.spark.internals import unresolved_column_names
 
 MESSAGE_KEY = ["night", "kafka_topic", "kafka_partition", "kafka_offset"]
-RAW_COLUMNS = [*KAFKA_COLUMNS, "night", "visit_id", "alert_id", "schema_id"]  # the raw layout's columns
 STATS_COLUMNS = ["visit_id", "alert_id", "schema_id", "kafka_timestamp", "kafka_partition", "kafka_offset"]
 LEGACY_HASH_COLUMN = "message_xxhash64"
 

@@ -30,9 +30,6 @@ from skyfilter.core.processes import lower_priority, wait_for_group
 from skyfilter.lanes.totals import StreamTotals
 
 JOB = "skyfilter.jobs.filter_stream"  # run with python -m: the installed job, wherever the package is
-ARCHIVE_LINE = re.compile(r"^archive batch (?P<batch>\d+): (?P<archived>\d+) alerts archived, "
-                          r"(?P<rejected>\d+) rejected")
-LOG_LINE = re.compile(r"^archive log batch (?P<batch>\d+): (?P<matches>\d+) matches")
 ERROR_LINE = re.compile(r"^filter_stream: error: ")
 RUNNING_LINE = re.compile(r"^stream '.*' running: ")
 OWN_LINE = re.compile(  # said by the parent too (its start, stop, summary and Kafka's comings and goings)
@@ -109,15 +106,8 @@ class ArchiveProcess:
         elif RUNNING_LINE.match(line):
             self.ready.set()
         elif not OWN_LINE.match(line):  # the parent says when it stops and sums up the run itself
-            self._count(line)
+            self.totals.count_line(line)
             self.log(line)
-
-    def _count(self, line: str) -> None:
-        """The child's batches in this run's totals, from its batch lines."""
-        if batch := ARCHIVE_LINE.match(line):
-            self.totals.add_archive(int(batch["archived"]), time.time())
-        elif batch := LOG_LINE.match(line):
-            self.totals.add_logged(int(batch["matches"]))
 
     def wait_until_running(self, timeout_s: float, give_up=lambda: False) -> bool:
         """Block until the child's queries run (its JVM start-up then competes with no delivery batch), it

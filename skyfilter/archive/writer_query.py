@@ -1,4 +1,4 @@
-"""The delta-rs alerts writer run as the archive's alerts query (``archive.writer: delta-rs``).
+"""The delta-rs writers run as the archive's two queries (``archive.writer: delta-rs``).
 
 The stream job starts, polls, stops and drains its queries through a few
 members of Spark's ``StreamingQuery``; this thread offers the same ones, so the
@@ -12,27 +12,50 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from skyfilter.archive.alerts_writer import MAX_BATCH, AlertsWriter, WriterSettings, app_id
 from skyfilter.archive.delta_appends import stored_offsets
+from skyfilter.archive.log_writer import LogWriter, logged_offsets
+from skyfilter.archive.topic_batches import TopicBatches
+from skyfilter.core.alert_columns import AlertColumns
 from skyfilter.core.config import Config
 from skyfilter.filtering.input_schemas import registered_writers
 from skyfilter.plan.stream_plan import StreamPlan
 from skyfilter.plan.triggers import AVAILABLE_NOW, seconds
 
 
-class WriterQuery:
-    """An :class:`AlertsWriter` on a thread of its own, answering as a streaming query."""
+@dataclass(frozen=True)
+class ArchiveTarget:
+    """What the writers need of a stream when there is no :class:`StreamPlan` (an archive process without Spark):
+    the same names a plan has."""
 
-    def __init__(self, make_writer: Callable[[], AlertsWriter], name: str, available_now: bool = False):
-        self.id = uuid.uuid5(uuid.NAMESPACE_URL, f"skyfilter:{name}:archive:delta-rs")
+    topic: str
+    name: str
+    tables: dict[str, Path]
+    delivery_log_topic: str
+    night_offset_hours: float
+    max_alert_bytes: int | None
+    columns: AlertColumns
+
+
+Target = StreamPlan | ArchiveTarget
+
+
+class WriterQuery:
+    """A writer (:class:`AlertsWriter`, :class:`LogWriter`) on a thread of its own, answering as a streaming query."""
+
+    def __init__(self, make_writer: Callable[[], TopicBatches], name: str, available_now: bool = False,
+                 lane: str = "archive"):
+        self.id = uuid.uuid5(uuid.NAMESPACE_URL, f"skyfilter:{name}:{lane}:delta-rs")
         self.name = name
         self.available_now = available_now
         self.make_writer = make_writer
         self.stopping = threading.Event()
         self.error: BaseException | None = None
-        self.writer: AlertsWriter | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True, name=f"archive-writer-{name}")
+        self.writer: TopicBatches | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"{lane}-writer-{name}")
         self.thread.start()
 
     def _run(self) -> None:
@@ -69,7 +92,7 @@ class WriterQuery:
         self.thread.join()
 
 
-def start_writer(cfg: Config, plan: StreamPlan, trigger: str, log=print) -> WriterQuery:
+def start_writer(cfg: Config, plan: Target, trigger: str, log=print) -> WriterQuery:
     """The alerts writer of a stream, started as the archive's alerts query with this trigger (``availableNow``:
     until the topic's end as it is now)."""
     available_now = trigger == AVAILABLE_NOW
@@ -84,7 +107,22 @@ def start_writer(cfg: Config, plan: StreamPlan, trigger: str, log=print) -> Writ
                        plan.name, available_now)
 
 
-def archived_offsets(plan: StreamPlan) -> Callable[[list[int]], dict[int, int]]:
+def start_log_writer(cfg: Config, plan: Target, trigger: str, log=print) -> WriterQuery:
+    """The delivery-log writer of a stream, started as the archive's log query with this trigger."""
+    available_now = trigger == AVAILABLE_NOW
+    return WriterQuery(lambda: LogWriter(cfg, plan.name, plan.delivery_log_topic, plan.tables,
+                                         1.0 if available_now else seconds(trigger),
+                                         int(cfg.archive.max_offsets_per_trigger or MAX_BATCH), log),
+                       plan.name, available_now, "archive-log")
+
+
+def logged_log_offsets(plan: Target) -> Callable[[list[int]], dict[int, int]]:
+    """The next offset of each delivery-log partition every log table has committed (the log query's lag is
+    measured against them)."""
+    return lambda partitions: logged_offsets(plan.tables, plan.name, plan.delivery_log_topic, partitions)
+
+
+def archived_offsets(plan: Target) -> Callable[[list[int]], dict[int, int]]:
     """The next offset of each input partition the writer has committed (the archive lane's lag is measured
     against them: it keeps no checkpoint)."""
     return lambda partitions: stored_offsets(plan.tables["alerts"], app_id(plan.name), plan.topic, partitions,

@@ -162,7 +162,7 @@ class Stream:
 class Archive:
     trigger: str
     log_trigger: str
-    writer: str  # spark | delta-rs
+    writer: str  # auto | spark | delta-rs (settled per run: RunPlan.archive_writer)
     tasks: int
     max_offsets_per_trigger: int | None
     process: str

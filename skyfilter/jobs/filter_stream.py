@@ -28,6 +28,7 @@ from skyfilter.core.processes import start_time
 from skyfilter.core.reader_schema import schema_name
 from skyfilter.core.status import BUILDING, STARTING, write_starting
 from skyfilter.delivery.redrive import redrive_dead_letters
+from skyfilter.jobs import archive_without_spark
 from skyfilter.jobs.job_config import add_common_arguments, job_main
 from skyfilter.jobs.stream_job import StreamJob
 from skyfilter.lanes.kafka_watch import wait_until_reachable
@@ -124,6 +125,8 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
             log(f"nothing to do: no schema is registered for topic '{topic}' (nothing was produced to it)")
             return StreamTotals()
         write_starting(cfg, name, topic, BUILDING, archive_only)
+        if archive_only and run_plan.archive_writer == "delta-rs":
+            return archive_without_spark.run(cfg, name, schema[1], args.available_now, log)
         return _run_lanes(args, cfg, run_plan, topic, name, schema, spark, log)
     finally:
         status.unlink(missing_ok=True)
@@ -150,7 +153,7 @@ def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, topic: 
     job = StreamJob(spark, cfg, run_plan, plan, log)
     try:
         if run_plan.archive_apart:
-            archive = ArchiveProcess(archive_arguments(args, cfg, topic, name), cfg.archive.nice, job.totals,
+            archive = ArchiveProcess(archive_arguments(args, cfg, run_plan), cfg.archive.nice, job.totals,
                                      cfg.run_dir / f"filter_stream.{name}.archive.log", log, cfg.archive.cpu_group)
             log(f"archive lane: a process of its own, at a lower CPU priority: {archive.priority}")
             job.watch_archive_process(archive.start())
@@ -180,17 +183,19 @@ def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, topic: 
     return job.totals
 
 
-def archive_arguments(args: argparse.Namespace, cfg: Config, topic: str, name: str) -> list[str]:
+def archive_arguments(args: argparse.Namespace, cfg: Config, run_plan: RunPlan) -> list[str]:
     """The command-line arguments of this job's archive lane run as a process of its own: the same stream,
-    files and settings, the archive lane only, no metrics endpoint (the parent serves the lanes' lag)."""
-    arguments = ["--lane", "archive", "--topic", topic, "--name", name, "--wait-for-schema", "600",
+    files and settings and the writer this run settled, the archive lane only, no metrics endpoint (the parent
+    serves the lanes' lag)."""
+    arguments = ["--lane", "archive", "--topic", run_plan.topic, "--name", run_plan.name, "--wait-for-schema", "600",
                  "--filters-dir", str(cfg.path("stream.filters_dir")), "--brokers", str(cfg.path("stream.brokers")),
                  "--bootstrap", cfg.kafka.bootstrap_servers, "--state-dir", str(cfg.state_dir),
                  "--archive-trigger", cfg.archive.trigger, "--starting-offsets", str(cfg.stream.starting_offsets)]
     arguments += ["--config", args.config] if args.config else []
     for setting in args.set:
         arguments += ["--set", setting]
-    return arguments + ["--set", "monitoring.port=null", "--set", "archive.process=same"]
+    return arguments + ["--set", "monitoring.port=null", "--set", "archive.process=same",
+                        "--set", f"archive.writer={run_plan.archive_writer}"]
 
 
 def _label(job: StreamJob, lane: LaneName) -> str:

@@ -28,7 +28,7 @@ from pyspark.sql.streaming import StreamingQuery
 from skyfilter.archive.alerts_lane import ArchiveLane
 from skyfilter.archive.log_lane import ArchiveLogLane
 from skyfilter.archive.process import ArchiveProcess
-from skyfilter.archive.writer_query import archived_offsets, start_writer
+from skyfilter.archive.writer_query import archived_offsets, logged_log_offsets, start_log_writer, start_writer
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.kafka_clients import spark_sink_options, spark_source_options
@@ -120,10 +120,11 @@ class StreamJob:
 
     def _watch_archive(self, trigger: str, log_trigger: str) -> None:
         """Measure the lag of the archive's two queries (the input topic, the delivery log)."""
+        delta_rs = self.run_plan.archive_writer == "delta-rs"
         self.monitor.add_lane(LaneName.ARCHIVE, self.plan.lane_checkpoint(LaneName.ARCHIVE), trigger,
-                              committed=archived_offsets(self.plan) if self.cfg.archive.writer == "delta-rs" else None)
+                              committed=archived_offsets(self.plan) if delta_rs else None)
         self.monitor.add_lane(LaneName.ARCHIVE_LOG, self.plan.lane_checkpoint(LaneName.ARCHIVE_LOG), log_trigger,
-                              self.plan.delivery_log_topic)
+                              self.plan.delivery_log_topic, logged_log_offsets(self.plan) if delta_rs else None)
 
     def _start_delivery(self) -> None:
         cfg = self.cfg
@@ -187,8 +188,9 @@ class StreamJob:
         partition per Kafka partition, and a task per partition would cost each
         small batch one task start per partition and let the archive take every slot.
         """
-        if lane == LaneName.ARCHIVE and self.cfg.archive.writer == "delta-rs":
-            query = self.queries[lane] = start_writer(self.cfg, self.cell.current, trigger, self.log)
+        if lane in (LaneName.ARCHIVE, LaneName.ARCHIVE_LOG) and self.run_plan.archive_writer == "delta-rs":
+            start = start_writer if lane == LaneName.ARCHIVE else start_log_writer
+            query = self.queries[lane] = start(self.cfg, self.cell.current, trigger, self._counted_log)
             self.triggered[lane] = trigger
             return query
         batch_function, topics, bound, tasks = self._lane_function(lane)
@@ -200,6 +202,11 @@ class StreamJob:
         self.queries[lane] = query
         self.triggered[lane] = trigger
         return query
+
+    def _counted_log(self, line: str) -> None:
+        """A delta-rs writer's line, its batch counted in this run's totals."""
+        self.totals.count_line(line)
+        self.log(line)
 
     def _recover(self, lane: str, exc: BaseException) -> StreamingQuery | None:
         """Restart a query that stopped for a reason it can resume from; else None.

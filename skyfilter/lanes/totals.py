@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from skyfilter.core.figures import DeliveryFigures
+
+# the lines the archive's writers print per batch (the Spark lanes and the delta-rs writers alike)
+ARCHIVE_LINE = re.compile(r"^archive batch (?P<batch>\d+): (?P<archived>\d+) alerts archived, "
+                          r"(?P<rejected>\d+) rejected")
+LOG_LINE = re.compile(r"^archive log batch (?P<batch>\d+): (?P<matches>\d+) matches")
 
 
 @dataclass
@@ -52,6 +59,14 @@ class StreamTotals:
             self.archived += archived
             if archived:
                 self.last_input_at = max(self.last_input_at, finished)
+
+    def count_line(self, line: str) -> None:
+        """Count an archive writer's batch from the line it printed (a writer in a process of its own, or one that
+        reports only by its lines)."""
+        if batch := ARCHIVE_LINE.match(line):
+            self.add_archive(int(batch["archived"]), time.time())
+        elif batch := LOG_LINE.match(line):
+            self.add_logged(int(batch["matches"]))
 
     def add_logged(self, matches: int) -> None:
         """Count the match records of one batch of the archive lane's delivery-log query."""

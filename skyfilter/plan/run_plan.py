@@ -24,6 +24,7 @@ from skyfilter.core.settings import Realtime
 from skyfilter.core.topics import topic_partitions
 from skyfilter.filtering.watch_columns import REFERENCE
 from skyfilter.plan.slots import Slots, local_cores, plan_slots
+from skyfilter.plan.tables import raw_layout, table_paths
 from skyfilter.plan.triggers import AVAILABLE_NOW, REALTIME, Triggers, duration
 
 
@@ -89,6 +90,7 @@ class RunPlan:
     slots: Slots
     master: str                # Spark's master the decisions were made for
     batch_brokers: tuple[tuple[str, str], ...] = ()  # with Real-time Mode: (broker, why) left to micro-batches
+    archive_writer: str = "spark"  # who writes the archive: spark (its queries) or delta-rs (no Spark)
 
     @property
     def local_master(self) -> bool:
@@ -143,14 +145,24 @@ def archive_apart(cfg: Config, lanes: frozenset[LaneName], available_now: bool, 
     return mode == "separate" or (mode == "auto" and local_master)
 
 
-def check_archive_writer(cfg: Config) -> None:
-    """One line for an ``archive.writer`` the archive cannot use."""
+def settle_archive_writer(cfg: Config, name: str) -> tuple[str, str]:
+    """Who writes the archive (``spark`` or ``delta-rs``), and why ``auto`` chose Spark ("" otherwise); one line
+    for an ``archive.writer`` the archive cannot use."""
     writer = cfg.archive.writer
-    if writer not in ("spark", "delta-rs"):
-        raise SkyfilterError(f"archive.writer is '{writer}': use spark or delta-rs")
+    if writer not in ("auto", "spark", "delta-rs"):
+        raise SkyfilterError(f"archive.writer is '{writer}': use auto, spark or delta-rs")
     if writer == "delta-rs" and cfg.stream.nightly_topics.enabled:
         raise SkyfilterError("archive.writer delta-rs does not copy alerts to nightly topics yet: with "
                              "stream.nightly_topics.enabled use archive.writer spark")
+    if writer != "auto":
+        return writer, ""
+    if cfg.stream.nightly_topics.enabled:
+        return "spark", "archive.writer auto: Spark writes the archive (delta-rs copies no alerts to nightly topics)"
+    alerts = table_paths(cfg, name)["alerts"]
+    if raw_layout(alerts) is False:
+        return "spark", (f"archive.writer auto: Spark writes the archive ({alerts} holds the layout before the raw "
+                         f"one, which delta-rs does not write)")
+    return "delta-rs", ""
 
 
 def settle_run(cfg: Config, name: str, lane_choice: str, available_now: bool, master: str) -> tuple[RunPlan, str]:
@@ -158,19 +170,19 @@ def settle_run(cfg: Config, name: str, lane_choice: str, available_now: bool, ma
     files alone (before Kafka is asked anything: a typo is one line at once), and the ``--trigger auto`` line
     ("" without it).  Its slots follow from :func:`with_slots`."""
     local = local_cores(master) is not None
-    check_archive_writer(cfg)
+    writer, why_spark = settle_archive_writer(cfg, name)
     # only Real-time Mode (asked for, or maybe chosen by auto) needs each broker's needs read from the files
     wanted = not available_now and cfg.stream.trigger.strip().lower() in ("auto", REALTIME)
     needs = needs_from_files(cfg.path("stream.filters_dir"), cfg.path("stream.brokers")) if wanted else {}
     triggers, why = settle_triggers(cfg, available_now, needs, local)
     lanes = LANE_CHOICES[lane_choice]
     run = RunPlan(name, cfg.topics.alerts, lanes, archive_apart(cfg, lanes, available_now, local), triggers,
-                  Slots(0, 0, 0, 0), master)
+                  Slots(0, 0, 0, 0), master, archive_writer=writer)
     if run.realtime:
         run = replace(run, batch_brokers=tuple(
             (broker, reason) for broker, need in needs.items()
             if (reason := realtime_refusal(need, cfg.stream.realtime, local)) is not None))
-    return run, why
+    return run, "\n".join(line for line in (why, why_spark) if line)
 
 
 def with_slots(run: RunPlan, cfg: Config, cores: int | None = None) -> RunPlan:

@@ -25,7 +25,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from skyfilter.core.config import Config
+from skyfilter.filtering.decode import KAFKA_COLUMNS
 
+RAW_COLUMNS = [*KAFKA_COLUMNS, "night", "visit_id", "alert_id", "schema_id"]  # the raw layout of ``alerts``
 TABLES = ("alerts", "cutouts", "schemas", "matches", "metrics", "rejects", "filter_status", "broker_visits")
 
 METRICS_SCHEMA = T.StructType([
@@ -104,6 +106,17 @@ def nullable(data_type: T.DataType) -> T.DataType:
     if isinstance(data_type, T.MapType):
         return T.MapType(nullable(data_type.keyType), nullable(data_type.valueType), True)
     return data_type
+
+
+def raw_layout(path: Path) -> bool | None:
+    """Whether the ``alerts`` table at ``path`` is of the raw layout (the message and its index columns); None
+    when there is no table yet.  Read from its Delta log alone, without Spark."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return None
+    columns = set(DeltaTable(str(path)).schema().to_arrow().names)
+    return "kafka_value" in columns and columns <= set(RAW_COLUMNS)
 
 
 def is_table(spark, path: Path) -> bool:

@@ -1,0 +1,115 @@
+"""Batches of one Kafka topic for the archive's writers that run without Spark.
+
+A writer reads its topic with a confluent-kafka consumer in batch windows (from
+the first arrival, at most ``trigger_s`` long and ``max_messages`` big) and
+stores each window with one commit per table that also records, as Delta app
+transactions, the next offset of every partition it covers.  A writer that
+starts again resumes from those offsets: the tables are its checkpoint, and no
+consumer-group offset is ever committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from skyfilter.core.config import Config
+from skyfilter.core.kafka_clients import client_settings
+
+POLL_S = 0.5  # longest wait for messages inside a batch window
+
+
+class TopicBatches:
+    """Reads ``topic`` in batch windows and hands each to :meth:`write_batch` (a subclass stores it)."""
+
+    def __init__(self, cfg: Config, topic: str, group: str, trigger_s: float, max_messages: int, log=print):
+        from confluent_kafka import Consumer
+
+        self.topic = topic
+        self.trigger_s = trigger_s
+        self.max_messages = max_messages
+        self.log = log
+        self.consumer = Consumer(client_settings(cfg, **{
+            "group.id": group, "enable.auto.commit": False, "log_level": 0,
+            "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024}))
+        self.started: dict[int, int] = {}  # where each partition was read from (resume)
+        self.batches = 0
+        self.writing = False  # a batch is being written (a stop waits for it)
+
+    def stored(self, partitions: list[int]) -> dict[int, int]:
+        """The next offset of each partition the tables hold (partitions they hold nothing of left out)."""
+        raise NotImplementedError
+
+    def first_offset(self, partition: int) -> int:
+        """Where a partition the tables hold nothing of is read from (default: its beginning)."""
+        from confluent_kafka import OFFSET_BEGINNING
+
+        return OFFSET_BEGINNING
+
+    def write_batch(self, messages: list) -> None:
+        """Store one batch window's messages (and their next offsets) in the tables."""
+        raise NotImplementedError
+
+    def resume(self) -> dict[int, int]:
+        """Read each partition from what the tables hold, else from :meth:`first_offset`."""
+        from confluent_kafka import TopicPartition
+
+        partitions = sorted(self.consumer.list_topics(self.topic, timeout=30).topics[self.topic].partitions)
+        stored = self.stored(partitions)
+        self.started = {p: stored[p] if p in stored else self.first_offset(p) for p in partitions}
+        self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in self.started.items()])
+        return self.started
+
+    def run(self, keep_going: Callable[[], bool], available_now: bool = False) -> int:
+        """Store batches while ``keep_going()`` (``available_now``: until the topic's end as of the start); the
+        number of batches."""
+        ends = self._ends() if available_now else None
+        while keep_going():
+            messages = self._collect(keep_going)
+            if messages:
+                self.writing = True
+                try:
+                    self.write_batch(messages)
+                finally:
+                    self.writing = False
+                self.batches += 1
+            if ends is not None and self._reached(ends):
+                break
+        return self.batches
+
+    def _collect(self, keep_going: Callable[[], bool]) -> list:
+        """Messages of one batch window: from the first arrival, ``trigger_s`` or ``max_messages``, whichever first."""
+        messages: list = []
+        deadline = None
+        while len(messages) < self.max_messages and keep_going():
+            wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
+            got = self.consumer.consume(self.max_messages - len(messages), wait)
+            messages += [m for m in got if m.error() is None]
+            if messages and deadline is None:
+                deadline = time.monotonic() + self.trigger_s
+            if deadline is not None and time.monotonic() >= deadline or (not got and deadline is None):
+                break
+        return messages
+
+    def _ends(self) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+
+        return {tp.partition: self.consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition),
+                                                                  timeout=10)[1]
+                for tp in self.consumer.assignment()}
+
+    def _reached(self, ends: dict[int, int]) -> bool:
+        positions = {tp.partition: tp.offset for tp in self.consumer.position(self.consumer.assignment())}
+        return all(max(positions.get(p, -1), self.started.get(p, -1)) >= end for p, end in ends.items())
+
+    def close(self) -> None:
+        """Let go of Kafka (the offsets live in the tables: nothing to commit)."""
+        self.consumer.close()
+
+
+def next_offsets(messages: list) -> dict[int, int]:
+    """The offset after the last message of each partition in a batch."""
+    offsets: dict[int, int] = {}
+    for m in messages:
+        offsets[m.partition()] = max(offsets.get(m.partition(), 0), m.offset() + 1)
+    return offsets

@@ -1,0 +1,122 @@
+"""The archive lane without Spark: ``filter_stream.py --lane archive`` with ``archive.writer: delta-rs``.
+
+With the delta-rs writers the archive needs no JVM: the alerts writer and the
+delivery-log writer are two threads of one Python process.  A stream job's
+archive process is such a job, so the archive's start costs delivery no second
+JVM start-up on shared cores, and its batches no Spark planning.  It says what
+the Spark archive job says (its ``running:`` line, its batch lines, its
+errors), stops as it does (SIGTERM: the batch under way commits, then it
+archives what the topic and the log hold, and exits 0) and resumes, after any
+ending, from the offsets its tables hold.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+from skyfilter.archive.writer_query import ArchiveTarget, WriterQuery, start_log_writer, start_writer
+from skyfilter.core.alert_columns import detect
+from skyfilter.core.config import Config
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.lanes import LaneName
+from skyfilter.core.topics import ensure_topics
+from skyfilter.jobs.stop_signals import StopSignals
+from skyfilter.lanes.totals import StreamTotals
+from skyfilter.plan.stream_plan import delivery_log_topic
+from skyfilter.plan.tables import raw_layout, table_paths
+from skyfilter.plan.triggers import AVAILABLE_NOW
+
+POLL_S = 0.5
+
+
+def target(cfg: Config, topic: str, name: str, schema_text: str) -> ArchiveTarget:
+    """The stream's archive: its tables, its delivery log and the index columns of its input schema."""
+    return ArchiveTarget(topic=topic, name=name, tables=table_paths(cfg, name),
+                         delivery_log_topic=delivery_log_topic(topic, name),
+                         night_offset_hours=cfg.stream.night_offset_hours, max_alert_bytes=cfg.stream.max_alert_bytes,
+                         columns=detect(json.loads(schema_text), cfg))
+
+
+def check_layout(archive: ArchiveTarget) -> None:
+    """Refuse an ``alerts`` table that is not of the raw layout: the delta-rs writer only appends that one."""
+    path = archive.tables["alerts"]
+    if raw_layout(path) is False:
+        raise SkyfilterError(f"{path} is not of the raw layout (the message and its index columns), which "
+                             f"archive.writer delta-rs does not write: use archive.writer spark, or another --name")
+
+
+class ArchiveWithoutSpark:
+    """The two writers of a stream's archive, started, watched, stopped and drained."""
+
+    def __init__(self, cfg: Config, archive: ArchiveTarget, trigger: str, log_trigger: str, log=print):
+        self.cfg, self.archive, self.log = cfg, archive, log
+        self.totals = StreamTotals()
+        self.triggers = {LaneName.ARCHIVE: trigger, LaneName.ARCHIVE_LOG: log_trigger}
+        self.queries: dict[str, WriterQuery] = {}
+
+    def _counted(self, line: str) -> None:
+        self.totals.count_line(line)
+        self.log(line)
+
+    def start(self, lane: str, trigger: str) -> WriterQuery:
+        """Start one writer (``availableNow``: until its topic's end as it is now)."""
+        start = start_writer if lane == LaneName.ARCHIVE else start_log_writer
+        self.queries[lane] = start(self.cfg, self.archive, trigger, self._counted)
+        return self.queries[lane]
+
+    def run(self, signals: StopSignals) -> bool:
+        """Run both writers until a stop signal (True) or until one of them fails (its error raised)."""
+        for lane, trigger in self.triggers.items():
+            self.start(lane, trigger)
+        while signals.received is None:
+            time.sleep(POLL_S)
+            for lane, query in self.queries.items():
+                if not query.isActive:
+                    raise self.failure(lane, query)
+        return True
+
+    def stop(self) -> None:
+        """Stop both writers after their batches under way commit."""
+        for query in self.queries.values():
+            query.stop()
+
+    def drain(self) -> None:
+        """Archive what the topic and the delivery log hold now: the alerts first (their figures go to the log)."""
+        for lane in (LaneName.ARCHIVE, LaneName.ARCHIVE_LOG):
+            query = self.start(lane, AVAILABLE_NOW)
+            query.awaitTermination()
+            if query.exception() is not None:
+                raise self.failure(lane, query)
+
+    def failure(self, lane: str, query: WriterQuery) -> SkyfilterError:
+        return SkyfilterError(f"stream '{self.archive.name}': the {lane} lane failed: "
+                              f"{query.exception() or 'its writer stopped'}")
+
+
+def run(cfg: Config, name: str, schema_text: str, available_now: bool, log=print) -> StreamTotals:
+    """Run the archive of a stream without Spark until told to stop (or, with ``available_now``, caught up)."""
+    archive = target(cfg, cfg.topics.alerts, name, schema_text)
+    check_layout(archive)
+    ensure_topics(cfg, {archive.delivery_log_topic: cfg.topics.broker_partitions})
+    job = ArchiveWithoutSpark(cfg, archive, cfg.archive.trigger, cfg.archive.log_trigger, log)
+    if available_now:
+        log(f"stream '{name}' running: archive (availableNow, delta-rs, no JVM)")
+        job.drain()
+        return job.totals
+    signals = StopSignals()
+    signals.catch()
+    try:
+        log(f"stream '{name}' running: archive (trigger {cfg.archive.trigger}, log {cfg.archive.log_trigger}, "
+            f"delta-rs, no JVM)")
+        job.run(signals)
+        log(f"stopping on signal {signal.Signals(signals.received).name}: the archive catches up with what "
+            f"was delivered")
+        signals.second_stops_at_once(archive_only=True)
+        job.stop()
+        job.drain()
+    finally:
+        job.stop()
+        signals.restore()
+    return job.totals
