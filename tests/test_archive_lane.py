@@ -73,6 +73,8 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
     archive = Job(kafka_cfg, tmp_path, topic, "archive", "--archive-trigger", "1s", "--set", f"archive.writer={writer}")
     delivery.wait_for("batch 0: ")
     archive.wait_for("archive batch ")  # both lanes warm: the warm-up visit is delivered and archived
+    if writer == "delta-rs":
+        archive.wait_for("delta-rs, no JVM")  # its start line: the archive runs without Spark
     produced: list = []
     producer = threading.Thread(target=lambda: produced.append(produce(kafka_cfg, ProduceOptions(
         topic=topic, visits=10, alerts_per_visit=20, interval_s=2.5, stamps=True, seed=41, night="2026-11-09",

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -88,7 +89,8 @@ def test_status_shows_the_archive_lanes_of_a_process_of_their_own(cfg):
     status_file(cfg, "s").write_text(json.dumps({
         "pid": os.getpid(), "topic": "t", "started_at": 0, "master": "local[2]",
         "lanes": {"delivery": {"trigger": "0s", "last_batch": {}},
-                  "archive": {"trigger": "10s (process 1)", "last_batch": {}}}}))
+                  "archive": {"trigger": "10s (process 1)", "last_batch": {}, "lag": {"0": 5, "1": 0},
+                              "lag_at": time.time()}}}))
     status_file(cfg, "s", archive_only=True).write_text(json.dumps({
         "pid": os.getppid(), "topic": "t", "started_at": 0,
         "lanes": {"archive": {"trigger": "10s", "last_batch": batch},
@@ -98,6 +100,8 @@ def test_status_shows_the_archive_lanes_of_a_process_of_their_own(cfg):
     assert "stream 's': RUNNING" in screen
     assert "archive   last batch 4" in screen and "1,000 alerts archived" in screen, screen
     assert "archive-log no batch with alerts yet in this run, trigger 30s" in screen, screen
+    assert "Kafka lag 5 alerts (p0 5, p1 0), measured by the job" in screen, \
+        "a lane without a checkpoint (delta-rs): the lag the job measured against its tables"
 
 
 # A stand-in for ``filter_stream.py --lane archive``: the supervision is what is tested here, not Spark.

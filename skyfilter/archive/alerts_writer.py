@@ -41,6 +41,7 @@ from skyfilter.core.alert_columns import AlertColumns
 from skyfilter.core.config import Config
 from skyfilter.core.kafka_clients import client_settings
 from skyfilter.core.lanes import LaneName
+from skyfilter.lanes.monitoring import StreamMonitor
 
 LANE = LaneName.ARCHIVE
 MAX_BATCH = 1_000  # messages per commit at most (about 130 MB of Rubin alerts): a batch is held in Python twice,
@@ -66,11 +67,11 @@ class AlertsWriter(TopicBatches):
     """Reads the input topic and appends every message once to ``alerts`` (or ``rejects``)."""
 
     def __init__(self, cfg: Config, settings: WriterSettings, columns: AlertColumns,
-                 registered: Callable[[], dict[int, str]], log=print):
+                 registered: Callable[[], dict[int, str]], log=print, monitor: StreamMonitor | None = None):
         from confluent_kafka import Producer
 
         super().__init__(cfg, settings.topic, f"skyfilter-{settings.name}-archive", settings.trigger_s,
-                         settings.max_alerts, log)
+                         settings.max_alerts, log, monitor)
         self.settings = settings
         self.app_id = app_id(settings.name)
         self.index = IndexFields(columns, settings.night_offset_hours, settings.max_alert_bytes)
@@ -130,11 +131,17 @@ class AlertsWriter(TopicBatches):
         version = append_once(tables["alerts"], _table(batch.accepted, ALERTS_SCHEMA), self.app_id, offsets,
                               ["night"], {"delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS)})
         finished = time.time()
-        self._summarize(version, started, finished, rows, batch)
+        summary = self._summarize(version, started, finished, rows, batch)
+        if self.monitor is not None:
+            stats = {"input_alerts": len(rows), "archived": len(batch.accepted), "rejected": len(batch.rejected)}
+            figures = self.monitor.batch_figures(str(LANE), version, started, finished, len(rows), [])
+            self.monitor.observe_archive(version, stats, figures, started, finished,
+                                         [summary[f"latency_p{q}_ms"] for q in (50, 95, 99)],
+                                         summary["latency_max_ms"])
         self.log(f"archive batch {version}: {len(batch.accepted)} alerts archived, {len(batch.rejected)} rejected, "
                  f"done in {finished - started:.2f} s")
 
-    def _summarize(self, version: int, started: float, finished: float, rows: list[dict], batch) -> None:
+    def _summarize(self, version: int, started: float, finished: float, rows: list[dict], batch) -> dict:
         """The batch's ``batch`` record in the delivery log: latency from input append time to archived."""
         appended = sorted(r["kafka_timestamp"] / 1000.0 for r in batch.accepted)
 
@@ -154,6 +161,7 @@ class AlertsWriter(TopicBatches):
         self.summaries.produce(self.settings.delivery_log_topic, key=f"{LANE}:{version}".encode(),
                                value=json.dumps(summary).encode())
         self.summaries.poll(0)
+        return summary
 
     def close(self) -> None:
         """Let go of Kafka (the offsets live in the table: nothing to commit)."""

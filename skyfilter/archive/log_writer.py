@@ -20,6 +20,7 @@ from skyfilter.archive.log_rows import LOG_TABLES, table_rows
 from skyfilter.archive.topic_batches import TopicBatches, next_offsets
 from skyfilter.core.config import Config
 from skyfilter.core.lanes import LaneName
+from skyfilter.lanes.monitoring import StreamMonitor
 
 LANE = LaneName.ARCHIVE_LOG
 
@@ -28,8 +29,8 @@ class LogWriter(TopicBatches):
     """Reads a stream's delivery log and inserts its rows once into the log's tables."""
 
     def __init__(self, cfg: Config, name: str, log_topic: str, tables: dict[str, Path], trigger_s: float,
-                 max_records: int, log=print):
-        super().__init__(cfg, log_topic, f"skyfilter-{name}-archive-log", trigger_s, max_records, log)
+                 max_records: int, log=print, monitor: StreamMonitor | None = None):
+        super().__init__(cfg, log_topic, f"skyfilter-{name}-archive-log", trigger_s, max_records, log, monitor)
         self.app_id = log_app_id(name)
         self.tables = [(table, KeyedAppends(tables[table.name], table)) for table in LOG_TABLES]
         self.kept: dict[str, dict[int, int]] = {}  # per table: the next log offset it holds, per partition
@@ -53,6 +54,8 @@ class LogWriter(TopicBatches):
         finished = time.time()
         matches = sum(len(record.get("brokers") or []) for _, _, record, _ in records if record.get("kind") == "match")
         summaries = sum(1 for _, _, record, _ in records if record.get("kind") == "batch")
+        if self.monitor is not None:
+            self.monitor.observe_log(self.batches, len(records), started, finished)
         self.log(f"archive log batch {self.batches}: {matches} matches, {summaries} batch records logged, done in "
                  f"{finished - started:.2f} s")
 

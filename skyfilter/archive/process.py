@@ -4,8 +4,9 @@ Both lanes in one JVM share its heap and its garbage collector: the archive
 moves every alert with its images (about 1.3 GB per Rubin visit), and each of
 its collections pauses delivery's threads too.  On a local master, so that one
 command still runs the whole stream, ``filter_stream.py`` starts the archive
-as a child ``filter_stream.py --lane archive`` with its own JVM, at a lower CPU
-priority (``archive.nice``): the operating system then gives delivery the
+as a child ``filter_stream.py --lane archive`` (with the delta-rs writers, the
+default, a Python process without a JVM; with Spark's queries, a driver with
+its own JVM), at a lower CPU priority (``archive.nice``): the operating system then gives delivery the
 cores first, and the archive catches up in the gaps between visits.  Its lines
 are relayed to the parent's log; if it dies it is started again and resumes
 from its checkpoints; on a clean stop it is told to stop once delivery has

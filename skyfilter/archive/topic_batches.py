@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from skyfilter.core.config import Config
 from skyfilter.core.kafka_clients import client_settings
+from skyfilter.lanes.monitoring import StreamMonitor
 
 POLL_S = 0.5  # longest wait for messages inside a batch window
 
@@ -22,9 +23,11 @@ POLL_S = 0.5  # longest wait for messages inside a batch window
 class TopicBatches:
     """Reads ``topic`` in batch windows and hands each to :meth:`write_batch` (a subclass stores it)."""
 
-    def __init__(self, cfg: Config, topic: str, group: str, trigger_s: float, max_messages: int, log=print):
+    def __init__(self, cfg: Config, topic: str, group: str, trigger_s: float, max_messages: int, log=print,
+                 monitor: StreamMonitor | None = None):
         from confluent_kafka import Consumer
 
+        self.monitor = monitor  # the stream's metrics, when the writer runs in the stream job's own process
         self.topic = topic
         self.trigger_s = trigger_s
         self.max_messages = max_messages

@@ -22,6 +22,7 @@ from skyfilter.archive.topic_batches import TopicBatches
 from skyfilter.core.alert_columns import AlertColumns
 from skyfilter.core.config import Config
 from skyfilter.filtering.input_schemas import registered_writers
+from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.plan.stream_plan import StreamPlan
 from skyfilter.plan.triggers import AVAILABLE_NOW, seconds
 
@@ -92,9 +93,10 @@ class WriterQuery:
         self.thread.join()
 
 
-def start_writer(cfg: Config, plan: Target, trigger: str, log=print) -> WriterQuery:
+def start_writer(cfg: Config, plan: Target, trigger: str, log=print, monitor: StreamMonitor | None = None
+                 ) -> WriterQuery:
     """The alerts writer of a stream, started as the archive's alerts query with this trigger (``availableNow``:
-    until the topic's end as it is now)."""
+    until the topic's end as it is now), reporting to ``monitor`` if one is given."""
     available_now = trigger == AVAILABLE_NOW
     settings = WriterSettings(
         topic=plan.topic, name=plan.name, tables=plan.tables, delivery_log_topic=plan.delivery_log_topic,
@@ -103,16 +105,17 @@ def start_writer(cfg: Config, plan: Target, trigger: str, log=print) -> WriterQu
         night_offset_hours=plan.night_offset_hours,
         max_alert_bytes=plan.max_alert_bytes, starting_offsets=str(cfg.stream.starting_offsets))
     return WriterQuery(lambda: AlertsWriter(cfg, settings, plan.columns,
-                                            lambda: registered_writers(cfg, plan.topic), log),
+                                            lambda: registered_writers(cfg, plan.topic), log, monitor),
                        plan.name, available_now)
 
 
-def start_log_writer(cfg: Config, plan: Target, trigger: str, log=print) -> WriterQuery:
+def start_log_writer(cfg: Config, plan: Target, trigger: str, log=print, monitor: StreamMonitor | None = None
+                     ) -> WriterQuery:
     """The delivery-log writer of a stream, started as the archive's log query with this trigger."""
     available_now = trigger == AVAILABLE_NOW
     return WriterQuery(lambda: LogWriter(cfg, plan.name, plan.delivery_log_topic, plan.tables,
                                          1.0 if available_now else seconds(trigger),
-                                         int(cfg.archive.max_offsets_per_trigger or MAX_BATCH), log),
+                                         int(cfg.archive.max_offsets_per_trigger or MAX_BATCH), log, monitor),
                        plan.name, available_now, "archive-log")
 
 

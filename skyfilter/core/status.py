@@ -99,8 +99,9 @@ def stream_lines(cfg: Config, name: str, latest) -> list[str]:
     running = _alive(info.get("pid"))
     folder = Path(info.get("checkpoint") or cfg.checkpoint_dir / name)
     lanes = info.get("lanes", {}) if running else {}
-    if archive is not info and _alive(archive.get("pid")):  # its own process: its lanes are its to show
-        lanes = {**lanes, **archive.get("lanes", {})}
+    if archive is not info and _alive(archive.get("pid")):  # its own process: its lanes are its to show (the lag
+        lanes = {**lanes, **{lane: {**lanes.get(lane, {}), **own}  # the parent measured stays where it has none)
+                             for lane, own in archive.get("lanes", {}).items()}}
     checkpoints = {lane: folder / lane for lane in LANES if (folder / lane / "offsets").exists() or lane in lanes}
     topic = info.get("topic") or next((checkpoint_topic(c) for lane, c in checkpoints.items()
                                        if lane != LaneName.ARCHIVE_LOG and checkpoint_topic(c)), None)
@@ -154,7 +155,13 @@ def _lane_lines(lane: str, info: dict | None, checkpoint: Path, topic: str | Non
     else:
         lines = [f"  {lane:<9} " + ("no batch with alerts yet in this run" + trigger if running else "stopped")]
     committed_batch, committed = committed_offsets(checkpoint, topic)
-    if latest is not None and topic:
+    measured = (info or {}).get("lag") if running and committed_batch is None else None
+    if measured:  # a lane without a checkpoint (the delta-rs writers keep their offsets in the tables)
+        parts = ", ".join(f"p{p} {n:,}" for p, n in measured.items())
+        lines.append(f"  {'':<9} Kafka lag {sum(measured.values()):,} "
+                     f"{'records' if lane == LaneName.ARCHIVE_LOG else 'alerts'} ({parts}), measured by the job "
+                     f"{_ago(info.get('lag_at') or 0)} against the offsets its tables hold")
+    elif latest is not None and topic:
         try:
             lag = lag_per_partition(latest(topic), committed)
             parts = ", ".join(f"p{p} {n:,}" for p, n in lag.items())

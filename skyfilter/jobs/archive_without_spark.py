@@ -13,6 +13,7 @@ ending, from the offsets its tables hold.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 
@@ -21,6 +22,8 @@ from skyfilter.core.alert_columns import detect
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.lanes import LaneName
+from skyfilter.core.processes import write_whole
+from skyfilter.core.status import status_file
 from skyfilter.core.topics import ensure_topics
 from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.lanes.totals import StreamTotals
@@ -95,6 +98,14 @@ class ArchiveWithoutSpark:
                               f"{query.exception() or 'its writer stopped'}")
 
 
+def write_running(cfg: Config, name: str, job: ArchiveWithoutSpark) -> None:
+    """The archive-only status file of a running job (``skyfilter status`` shows its lanes beside delivery's)."""
+    write_whole(status_file(cfg, name, archive_only=True), json.dumps({
+        "pid": os.getpid(), "topic": job.archive.topic, "started_at": time.time(), "status": "running",
+        "master": "none (delta-rs, no JVM)",
+        "lanes": {lane: {"trigger": trigger} for lane, trigger in job.triggers.items()}}))
+
+
 def run(cfg: Config, name: str, schema_text: str, available_now: bool, log=print) -> StreamTotals:
     """Run the archive of a stream without Spark until told to stop (or, with ``available_now``, caught up)."""
     archive = target(cfg, cfg.topics.alerts, name, schema_text)
@@ -108,6 +119,7 @@ def run(cfg: Config, name: str, schema_text: str, available_now: bool, log=print
     signals = StopSignals()
     signals.catch()
     try:
+        write_running(cfg, name, job)
         log(f"stream '{name}' running: archive (trigger {cfg.archive.trigger}, log {cfg.archive.log_trigger}, "
             f"delta-rs, no JVM)")
         job.run(signals)

@@ -190,7 +190,7 @@ class StreamJob:
         """
         if lane in (LaneName.ARCHIVE, LaneName.ARCHIVE_LOG) and self.run_plan.archive_writer == "delta-rs":
             start = start_writer if lane == LaneName.ARCHIVE else start_log_writer
-            query = self.queries[lane] = start(self.cfg, self.cell.current, trigger, self._counted_log)
+            query = self.queries[lane] = start(self.cfg, self.cell.current, trigger, self._counted_log, self.monitor)
             self.triggered[lane] = trigger
             return query
         batch_function, topics, bound, tasks = self._lane_function(lane)
