@@ -45,11 +45,17 @@ class LogWriter(TopicBatches):
         started = time.time()
         records = [(m.partition(), m.offset(), _record(m.value()), m.timestamp()[1]) for m in messages]
         offsets = next_offsets(messages)
+        first = {partition: offset for partition, offset, _, _ in reversed(records)}  # each partition's lowest
+        whole = None  # every record's rows, made once when no table committed any of them (the common case)
         for table, appends in self.tables:
             kept = self.kept.get(table.name, {})
-            fresh = [(record, timestamp) for partition, offset, record, timestamp in records
-                     if offset >= kept.get(partition, 0)]
-            appends.insert(table_rows(fresh)[table.name], self.app_id, offsets)
+            if all(kept.get(partition, 0) <= offset for partition, offset in first.items()):
+                whole = whole or table_rows([(record, timestamp) for _, _, record, timestamp in records])
+                rows = whole[table.name]
+            else:  # after a restart: leave out what this table committed before it
+                rows = table_rows([(record, timestamp) for partition, offset, record, timestamp in records
+                                   if offset >= kept.get(partition, 0)])[table.name]
+            appends.insert(rows, self.app_id, offsets)
             self.kept[table.name] = kept | offsets
         finished = time.time()
         matches = sum(len(record.get("brokers") or []) for _, _, record, _ in records if record.get("kind") == "match")

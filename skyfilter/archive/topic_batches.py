@@ -11,6 +11,7 @@ consumer-group offset is ever committed.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from skyfilter.core.config import Config
@@ -20,7 +21,7 @@ from skyfilter.lanes.monitoring import StreamMonitor
 POLL_S = 0.5  # longest wait for messages inside a batch window
 
 
-class TopicBatches:
+class TopicBatches(ABC):
     """Reads ``topic`` in batch windows and hands each to :meth:`write_batch` (a subclass stores it)."""
 
     def __init__(self, cfg: Config, topic: str, group: str, trigger_s: float, max_messages: int, log=print,
@@ -39,9 +40,9 @@ class TopicBatches:
         self.batches = 0
         self.writing = False  # a batch is being written (a stop waits for it)
 
+    @abstractmethod
     def stored(self, partitions: list[int]) -> dict[int, int]:
         """The next offset of each partition the tables hold (partitions they hold nothing of left out)."""
-        raise NotImplementedError
 
     def first_offset(self, partition: int) -> int:
         """Where a partition the tables hold nothing of is read from (default: its beginning)."""
@@ -49,9 +50,9 @@ class TopicBatches:
 
         return OFFSET_BEGINNING
 
+    @abstractmethod
     def write_batch(self, messages: list) -> None:
         """Store one batch window's messages (and their next offsets) in the tables."""
-        raise NotImplementedError
 
     def resume(self) -> dict[int, int]:
         """Read each partition from what the tables hold, else from :meth:`first_offset`."""

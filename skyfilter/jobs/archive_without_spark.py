@@ -59,14 +59,10 @@ class ArchiveWithoutSpark:
         self.triggers = {LaneName.ARCHIVE: trigger, LaneName.ARCHIVE_LOG: log_trigger}
         self.queries: dict[str, WriterQuery] = {}
 
-    def _counted(self, line: str) -> None:
-        self.totals.count_line(line)
-        self.log(line)
-
     def start(self, lane: str, trigger: str) -> WriterQuery:
         """Start one writer (``availableNow``: until its topic's end as it is now)."""
         start = start_writer if lane == LaneName.ARCHIVE else start_log_writer
-        self.queries[lane] = start(self.cfg, self.archive, trigger, self._counted)
+        self.queries[lane] = start(self.cfg, self.archive, trigger, self.totals.counting(self.log))
         return self.queries[lane]
 
     def run(self, signals: StopSignals) -> bool:

@@ -190,7 +190,8 @@ class StreamJob:
         """
         if lane in (LaneName.ARCHIVE, LaneName.ARCHIVE_LOG) and self.run_plan.archive_writer == "delta-rs":
             start = start_writer if lane == LaneName.ARCHIVE else start_log_writer
-            query = self.queries[lane] = start(self.cfg, self.cell.current, trigger, self._counted_log, self.monitor)
+            query = self.queries[lane] = start(self.cfg, self.cell.current, trigger, self.totals.counting(self.log),
+                                               self.monitor)
             self.triggered[lane] = trigger
             return query
         batch_function, topics, bound, tasks = self._lane_function(lane)
@@ -202,11 +203,6 @@ class StreamJob:
         self.queries[lane] = query
         self.triggered[lane] = trigger
         return query
-
-    def _counted_log(self, line: str) -> None:
-        """A delta-rs writer's line, its batch counted in this run's totals."""
-        self.totals.count_line(line)
-        self.log(line)
 
     def _recover(self, lane: str, exc: BaseException) -> StreamingQuery | None:
         """Restart a query that stopped for a reason it can resume from; else None.
