@@ -89,3 +89,32 @@ def test_each_row_is_stored_once_however_often_the_log_repeats_it(tmp_path):
     restarted = KeyedAppends(path, TABLE)
     assert insert(restarted, later[:1] + last, 5) == sorted(first + again[2:] + later + last), \
         "after a restart, the marks come from the table"
+
+
+def test_a_drain_ends_when_a_log_partition_holds_nothing(kafka_cfg, tmp_path):
+    """A stop drains the log to its end: an empty partition (no match delivered there yet) must not hold it."""
+    import time
+
+    from confluent_kafka import Producer
+
+    from skyfilter.archive.log_rows import LOG_TABLES
+    from skyfilter.archive.log_writer import LogWriter
+    from skyfilter.core.kafka_clients import client_settings
+    from skyfilter.core.topics import ensure_topics
+
+    empty, half = "test.log-writer.empty", "test.log-writer.half"
+    ensure_topics(kafka_cfg, {empty: 2, half: 2})
+    producer = Producer(client_settings(kafka_cfg))
+    for offset in range(3):
+        producer.produce(half, json.dumps({**MATCH, "kafka_offset": offset}).encode(), partition=0)
+    producer.flush(10)
+    for topic, batches in ((empty, 0), (half, 1)):
+        tables = {t.name: tmp_path / topic / t.name for t in LOG_TABLES}
+        writer = LogWriter(kafka_cfg, f"drain-{batches}", topic, tables, 0.2, 100, log=lambda line: None)
+        writer.resume()
+        began = time.monotonic()
+        assert writer.run(lambda deadline=began + 60: time.monotonic() < deadline, available_now=True) == batches
+        writer.close()
+        assert time.monotonic() - began < 20, f"the drain of {topic} waited for a partition with nothing to read"
+    rows = DeltaTable(str(tmp_path / half / "matches")).to_pyarrow_table().num_rows
+    assert rows == 6, "three matches of two brokers each"

@@ -96,11 +96,20 @@ class TopicBatches(ABC):
         return messages
 
     def _ends(self) -> dict[int, int]:
+        """The end offset of each assigned partition that holds something past where it is read from.
+
+        A partition with nothing to read (empty, or read to its end already) is left
+        out: the consumer's position there stays logical (``OFFSET_BEGINNING``), and a
+        drain waiting for it to reach the end would never end.
+        """
         from confluent_kafka import TopicPartition
 
-        return {tp.partition: self.consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition),
-                                                                  timeout=10)[1]
-                for tp in self.consumer.assignment()}
+        ends = {}
+        for tp in self.consumer.assignment():
+            low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition), timeout=10)
+            if high > max(low, self.started.get(tp.partition, -1)):
+                ends[tp.partition] = high
+        return ends
 
     def _reached(self, ends: dict[int, int]) -> bool:
         positions = {tp.partition: tp.offset for tp in self.consumer.position(self.consumer.assignment())}
