@@ -60,8 +60,12 @@ def struct_paths(schema: T.StructType, prefix: str = "") -> list[str]:
 def validate_filters(frame: DataFrame, specs: list[FilterSpec]) -> tuple[list[FilterSpec], list[FilterProblem]]:
     """Check each filter against the columns of ``frame`` (analysis only, no data read).
 
-    Returns the filters that may run and one problem per broken filter.
+    Returns the filters that may run and one problem per broken filter.  They are
+    checked against an empty relation of ``frame``'s columns: what a filter reads and
+    what its plan holds are the same, and Spark analyses it without the decoding
+    beneath (100 filters took 12 s of a stream's start against the decoded frame).
     """
+    frame = frame.sparkSession.createDataFrame([], frame.schema)
     paths = struct_paths(frame.schema)
     enabled, problems = [], []
     for spec in specs:
