@@ -28,6 +28,7 @@ from bench.stages import main as stages
 from bench.sustained import check_disk, retention_settings, scaled_cap
 from bench.sustained import main as sustained
 from bench.trigger_sweep import main as trigger_sweep
+from bench.user_path import after_restart
 from bench.user_path import main as user_path
 from bench.visit_burst import main as visit_burst
 from bench.watchlists import main as watchlists
@@ -140,9 +141,18 @@ def test_user_path_starts_the_job_with_spark_submit_on_a_busy_topic_and_restarts
         ("lean", "archive.writer=delta-rs archive.process=same", 40)  # one JVM per start: a quicker smoke test
     assert row["messages"] > 0 and 0 < row["p50_s"] <= row["p99_s"] <= row["max_s"]
     assert row["restarted_at_s"] >= 2 and row["exit_code"] == 0, "killed, started again, stopped cleanly"
+    assert row["running_again_s"] > row["restarted_at_s"] and row["backlog_cleared_s"] is not None
+    assert row["recovered_p99_s"] is None, "every alert was sent before the restarted job ran: none to judge by"
     assert row["archived_s_after_sending"] is not None, "every alert sent was archived"
     log = next((tmp_path / "state" / "run").glob("user_path.lean.log")).read_text()
     assert log.count("$ spark-submit pipelines/filter_stream.py") == 2 and "--name path_" in log
+
+
+def test_after_restart_splits_the_backlog_from_what_came_after():
+    timeline = [(1.0, 50.0), (40.0, 30_000.0), (50.0, 21_000.0), (70.0, 100.0), (140.0, 150.0), (150.0, 300.0)]
+    assert after_restart(timeline, 60.0) == \
+        {"running_again_s": 60.0, "backlog_cleared_s": 11.0, "recovered_p99_s": 0.3}
+    assert after_restart(timeline, None)["backlog_cleared_s"] is None
 
 
 def test_sustained_follows_both_lanes_lag_and_memory(kafka_cfg, spark, tmp_path, capsys):
