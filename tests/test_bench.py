@@ -81,7 +81,8 @@ def test_visit_burst_times_one_visit_to_its_last_delivery(kafka_cfg, spark, tmp_
     [row] = result["results"]
     assert row["alerts"] == 30 and row["brokers"] == 2 and row["delivery_batches"] >= 1
     assert 0 < row["messages"] <= 2 * 2  # 2 brokers, at most 2 alerts of the visit each
-    assert 0 < row["first_match_s"] <= row["last_match_s"] <= row["archived_s"]
+    # the archive runs beside delivery, not after it: the visit may be archived before its last match is sent
+    assert 0 < row["first_match_s"] <= row["last_match_s"] and row["archived_s"] > 0
 
 
 def test_trigger_sweep_reports_latency_and_archive_lag_per_trigger(kafka_cfg, spark, tmp_path, capsys):
