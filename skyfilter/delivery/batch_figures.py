@@ -58,9 +58,8 @@ def figure_aggregates(filters: list[FilterSpec], brokers: list[BrokerSpec] | Non
     figures cover a whole checkpoint interval and stay in the query's recent
     progress (its long-lived tasks build the aggregation code once per interval).
     Real-time Mode has no one delivery time to measure a latency against, so it
-    leaves out the input times' percentiles: a quantile summary updated per alert
-    that cost its tasks about as much as the rest of the observation
-    (docs/performance.md, "Each Real-time checkpoint is a 1-2 s spike").
+    leaves out the input times' percentiles, a quantile summary updated per alert
+    that it never read.
     """
     accepted = is_accepted()
     figures = [F.count(F.lit(1)).alias("input_alerts"), F.count_if(~accepted).alias("rejected")]
