@@ -48,12 +48,15 @@ STARTING = "waiting for a producer"  # the status of a job that has chosen its s
 BUILDING = "starting the lanes"
 
 
-def write_starting(cfg: Config, name: str, topic: str, state: str, archive_only: bool = False) -> Path:
+def write_starting(cfg: Config, name: str, topic: str, state: str, archive_only: bool = False,
+                   **details: object) -> Path:
     """Write a starting job's status file: it has chosen where it starts reading, so what is produced from now
-    on is read (``skyfilter status --wait`` returns); the job replaces it once it runs."""
+    on is read (``skyfilter status --wait`` returns); the job replaces it once it runs.  ``details``: further
+    fields (a job that keeps no live status, such as the archive without a JVM, writes its ``running`` one so)."""
     path = status_file(cfg, name, archive_only)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_whole(path, json.dumps({"pid": os.getpid(), "topic": topic, "started_at": time.time(), "status": state}))
+    write_whole(path, json.dumps({"pid": os.getpid(), "topic": topic, "started_at": time.time(), "status": state,
+                                  **details}))
     return path
 
 

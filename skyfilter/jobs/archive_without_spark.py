@@ -13,7 +13,6 @@ ending, from the offsets its tables hold.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 
@@ -22,8 +21,7 @@ from skyfilter.core.alert_columns import detect
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.lanes import LaneName
-from skyfilter.core.processes import write_whole
-from skyfilter.core.status import status_file
+from skyfilter.core.status import write_starting
 from skyfilter.core.topics import ensure_topics
 from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.lanes.totals import StreamTotals
@@ -96,10 +94,8 @@ class ArchiveWithoutSpark:
 
 def write_running(cfg: Config, name: str, job: ArchiveWithoutSpark) -> None:
     """The archive-only status file of a running job (``skyfilter status`` shows its lanes beside delivery's)."""
-    write_whole(status_file(cfg, name, archive_only=True), json.dumps({
-        "pid": os.getpid(), "topic": job.archive.topic, "started_at": time.time(), "status": "running",
-        "master": "none (delta-rs, no JVM)",
-        "lanes": {lane: {"trigger": trigger} for lane, trigger in job.triggers.items()}}))
+    write_starting(cfg, name, job.archive.topic, "running", archive_only=True, master="none (delta-rs, no JVM)",
+                   lanes={lane: {"trigger": trigger} for lane, trigger in job.triggers.items()})
 
 
 def run(cfg: Config, name: str, schema_text: str, available_now: bool, log=print) -> StreamTotals:
