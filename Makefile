@@ -27,7 +27,7 @@ help:
 	@echo "make lint   ruff check"
 	@echo "make clean  stop local Kafka and remove .local/ (the venv stays)"
 
-setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/.installed
+setup: $(VENV)/.installed $(LOCAL)/kafka/libs/.resolved $(LOCAL)/spark-conf/.installed $(LOCAL)/prometheus/.installed
 
 # Python: a virtualenv with the project installed (editable) at pinned versions, by uv (pinned too).
 $(VENV)/.installed: setup.py conf/versions.env
@@ -57,6 +57,20 @@ $(LOCAL)/spark-conf/.installed: conf/spark-defaults.conf conf/spark-log4j2.prope
 	mkdir -p $(LOCAL)/spark-conf
 	rm -rf $(SPARK_HOME)/conf && ln -s $(LOCAL)/spark-conf $(SPARK_HOME)/conf
 	$(PY) -m skyfilter.spark.session --install $(LOCAL)/spark-conf --class-archive
+	touch $@
+
+# Prometheus and promtool from Debian's package, unpacked into .local/prometheus (no root, no service):
+# the tests scrape a running stream with a real Prometheus and unit-test the alert rules with promtool.
+# The pinned version first; when Debian has replaced it (a security update), the version apt offers.
+$(LOCAL)/prometheus/.installed: conf/versions.env
+	@command -v apt-get >/dev/null || { echo "error: apt-get not found; Prometheus comes from Debian's package"; exit 1; }
+	rm -rf $(LOCAL)/prometheus && mkdir -p $(LOCAL)/prometheus/deb
+	cd $(LOCAL)/prometheus/deb && { apt-get download -q prometheus=$(PROMETHEUS_DEB_VERSION) 2>/dev/null \
+	    || { echo "prometheus $(PROMETHEUS_DEB_VERSION) not offered by apt: taking its candidate version"; \
+	         apt-get download -q prometheus 2>/dev/null || { apt-get update -qq && apt-get download -q prometheus; }; }; }
+	dpkg-deb -x $(LOCAL)/prometheus/deb/prometheus_*.deb $(LOCAL)/prometheus/root
+	ln -s root/usr/bin $(LOCAL)/prometheus/bin && rm -rf $(LOCAL)/prometheus/deb
+	$(LOCAL)/prometheus/bin/promtool --version | head -1
 	touch $@
 
 demo: setup

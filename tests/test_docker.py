@@ -81,7 +81,7 @@ def test_spark_cluster_agrees_with_the_config():
 def test_prometheus_scrapes_the_port_the_stream_serves():
     scrape = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
     targets = [t for job in scrape["scrape_configs"] for c in job["static_configs"] for t in c["targets"]]
-    assert targets == [f"stream:{CFG.get('monitoring.port')}"]
+    assert targets == [f"stream:{CFG.get('monitoring.port')}", f"stream:{CFG.get('monitoring.archive_port')}"]
     assert CFG.get("monitoring.host") == "0.0.0.0", "reachable from the Prometheus container"
 
 
@@ -131,6 +131,8 @@ def _exported_metrics() -> set[str]:
     for family in monitor.registry.collect():
         names |= {family.name, f"{family.name}_total" if family.type == "counter" else family.name,
                   f"{family.name}_info" if family.type == "info" else family.name}
+        if family.type == "histogram":
+            names |= {f"{family.name}_{part}" for part in ("bucket", "count", "sum")}
     monitor.close()
     return names
 
@@ -146,9 +148,10 @@ def test_the_dashboard_shows_only_metrics_the_stream_exports():
             assert target["datasource"]["uid"] == uid
             used |= set(re.findall(r"skyfilter_[a-z_]+", target["expr"]))
     assert used and used <= exported, used - exported
-    wanted = {"skyfilter_input_rows_per_second", "skyfilter_processed_rows_per_second",
-              "skyfilter_batch_duration_seconds", "skyfilter_alert_latency_seconds", "skyfilter_kafka_consumer_lag",
-              "skyfilter_filter_matches_total", "skyfilter_broker_messages_total",
+    wanted = {"skyfilter_input_alerts_total", "skyfilter_heartbeat_timestamp_seconds",
+              "skyfilter_batch_duration_seconds", "skyfilter_delivery_latency_seconds_bucket",
+              "skyfilter_kafka_consumer_lag", "skyfilter_kafka_consumer_lag_seconds",
+              "skyfilter_filter_matches_total", "skyfilter_broker_messages_total", "skyfilter_filter_quarantined",
               "skyfilter_quarantined_filters", "skyfilter_dead_letters_total"}
     assert wanted <= used, f"the dashboard misses {wanted - used}"
 

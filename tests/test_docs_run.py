@@ -68,7 +68,7 @@ def test_the_documented_commands_run_as_written(document, tmp_path):
     config.write_text(yaml.safe_dump({
         "kafka": {"libs_dir": str(ROOT / ".local" / "kafka" / "libs"), "base_port": port,
                   "bootstrap_servers": f"127.0.0.1:{port}", "heap": "512m"},
-        "monitoring": {"port": free_port(19700)},
+        "monitoring": {"port": free_port(19700), "archive_port": free_port(19750)},
         "schema_registry": {"serve": {"port": free_port(19800)}}}))
     env = _fresh_shell(config)
     run = [b for b in blocks(checkout / document.relative_to(ROOT)) if b.marker == "run"]

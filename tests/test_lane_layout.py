@@ -69,7 +69,7 @@ def test_the_archive_runs_apart_only_for_a_long_running_job_of_both_lanes(cfg):
         archive_apart(cfg, BOTH, available_now=False, local_master=True)
 
 
-def test_the_archive_process_gets_the_same_stream_and_settings_and_no_endpoint(cfg, tmp_path):
+def test_the_archive_process_gets_the_same_stream_and_settings_and_its_own_endpoint(cfg, tmp_path):
     args = parse_args(["--topic", "t", "--trigger", "0", "--stop-when-idle", "30", "--set", "stream.tasks=1",
                        "--state-dir", str(tmp_path)])
     run = settle_run(cfg, "night1", "both", False, "local[2]")[0]
@@ -78,8 +78,10 @@ def test_the_archive_process_gets_the_same_stream_and_settings_and_no_endpoint(c
     assert (child.lane, child.topic, child.name, child.stop_when_idle) == ("archive", "t", "night1", None), \
         "the parent stops it once delivery has stopped"
     assert child.state_dir == str(tmp_path) and child.archive_trigger == cfg.archive.trigger
-    assert child.set == ["stream.tasks=1", "monitoring.port=null", "archive.process=same",
+    assert child.set == ["stream.tasks=1", f"monitoring.port={cfg.monitoring.archive_port}", "archive.process=same",
                          f"archive.writer={run.archive_writer}"], "the writer this run settled (auto: per stream)"
+    cfg.set("monitoring.port", None)
+    assert "monitoring.port=null" in parse_args(archive_arguments(args, cfg, run)).set, "off with the stream's"
 
 
 def test_status_shows_the_archive_lanes_of_a_process_of_their_own(cfg):

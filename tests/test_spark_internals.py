@@ -140,7 +140,7 @@ def probe_apply_jvm_steps(spark):
 
 def probe_visit_cap_functions(spark, tmp_path):
     ledger = str(tmp_path / "caps.ledger")
-    internals.register_visit_cap(spark)
+    internals.register_jvm_function(spark, "VisitCapLedger")
     assert internals.open_visit_caps(spark, "probe", ledger, 48) == 0
     frame = spark.createDataFrame([("b", "n", 7, str(i)) for i in range(5)], "broker string, night string, "
                                                                               "visit long, alert_id string")
@@ -156,10 +156,27 @@ def probe_visit_cap_functions(spark, tmp_path):
 def probe_python_filter_functions(spark):
     import pyarrow as pa
 
-    internals.register_python_filter_call(spark)
+    internals.register_jvm_function(spark, "PythonFilterCall")
     assert "skyfilter_python_filters" in [f.name for f in spark.catalog.listFunctions() if f.name.startswith("sky")]
     schema = pa.ipc.read_schema(pa.py_buffer(internals.arrow_schema_of(_frame(spark).schema)))
     assert [(f.name, str(f.type)) for f in schema] == [("alert_id", "int64"), ("band", "string"), ("snr", "double")]
+
+
+def probe_read_marks(spark):
+    reader = f"probe-{uuid.uuid4().hex[:6]}"
+    internals.register_jvm_function(spark, "ReadMarks")
+    frame = spark.createDataFrame([(0, 5, 1000), (0, 7, 1200), (1, 3, 900), (0, 6, 1100)],
+                                  "partition int, offset long, timestamp_ms long")
+    kept = frame.where(F.call_function(internals.READ_MARK_FUNCTION, F.lit(reader), F.lit("alerts"), "partition",
+                                       "offset", "timestamp_ms")).count()
+    assert kept == 4  # every row kept
+    assert internals.read_marks(spark, reader) == {("alerts", 0): (8, 1200, 3), ("alerts", 1): (4, 900, 1)}
+
+
+def probe_jvm_functions(spark, tmp_path):
+    probe_visit_cap_functions(spark, tmp_path)
+    probe_python_filter_functions(spark)
+    probe_read_marks(spark)
 
 
 def probe_template(spark):
@@ -213,13 +230,14 @@ PROBES = {
     "compiled_classes": probe_compiled_classes, "job_descriptions": probe_job_descriptions,
     "write_checkpoint_files": probe_write_checkpoint_files, "jvm_steps": probe_jvm_steps,
     "apply_jvm_steps": probe_apply_jvm_steps,
-    "register_visit_cap": probe_visit_cap_functions, "open_visit_caps": probe_visit_cap_functions,
+    "register_jvm_function": probe_jvm_functions, "open_visit_caps": probe_visit_cap_functions,
     "visit_cap_counts": probe_visit_cap_functions,
     "close_visit_caps": probe_visit_cap_functions,
-    "register_python_filter_call": probe_python_filter_functions, "arrow_schema_of": probe_python_filter_functions,
+    "arrow_schema_of": probe_python_filter_functions,
     "PlanTemplate.of": probe_template, "PlanTemplate.apply": probe_template,
     "pass_stop_signals_to": probe_pass_stop_signals_to, "announce_query_stop": probe_announce_query_stop,
     "task_conf_state": probe_task_conf_state,
+    "read_marks": probe_read_marks,
 }
 
 

@@ -66,6 +66,7 @@ class Monitoring:
     port: int | None  # null: no metrics endpoint
     host: str
     lag_interval_s: float
+    archive_port: int | None  # the archive process's own endpoint (its archived counts and latency); null: none
 
 
 @dataclass(frozen=True)

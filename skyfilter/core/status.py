@@ -123,6 +123,8 @@ def stream_lines(cfg: Config, name: str, latest) -> list[str]:
         lines.append(f"  metrics   {info['metrics_url']}")
     for lane, checkpoint in checkpoints.items():
         lines += _lane_lines(lane, lanes.get(lane), checkpoint, topic, latest, running)
+    if running and "latency_last_minute" in info:
+        lines.append(_latency_line(info["latency_last_minute"]))
     totals = info.get("totals") if running else None
     if totals:
         brokers = ", ".join(f"{b} {n:,}" for b, n in sorted(totals["by_broker"].items()))
@@ -141,7 +143,8 @@ def _read_status(path: Path) -> dict:
 
 def _lane_lines(lane: str, info: dict | None, checkpoint: Path, topic: str | None, latest, running: bool
                 ) -> list[str]:
-    """One lane: trigger and last batch (while the job runs), and its Kafka lag from its checkpoint."""
+    """One lane: trigger and last batch (while the job runs), and its Kafka lag (as the job measured it while it
+    runs, else from its checkpoint)."""
     trigger = f", trigger {info['trigger']}" if info else ""
     batch = (info or {}).get("last_batch") or {}
     if lane == LaneName.ARCHIVE_LOG:
@@ -157,18 +160,19 @@ def _lane_lines(lane: str, info: dict | None, checkpoint: Path, topic: str | Non
                  f"{_num(batch['processed_rows_per_second'], ' alerts/s')}"]
     else:
         lines = [f"  {lane:<9} " + ("no batch with alerts yet in this run" + trigger if running else "stopped")]
-    committed_batch, committed = committed_offsets(checkpoint, topic)
-    measured = (info or {}).get("lag") if running and committed_batch is None else None
-    if measured:  # a lane without a checkpoint (the delta-rs writers keep their offsets in the tables)
+    unit = "records" if lane == LaneName.ARCHIVE_LOG else "alerts"
+    measured = (info or {}).get("lag") if running and (info or {}).get("lag_at") else None
+    if measured is not None:  # the job's own measure: where its tasks have read to, or what its tables hold
         parts = ", ".join(f"p{p} {n:,}" for p, n in measured.items())
-        lines.append(f"  {'':<9} Kafka lag {sum(measured.values()):,} "
-                     f"{'records' if lane == LaneName.ARCHIVE_LOG else 'alerts'} ({parts}), measured by the job "
-                     f"{_ago(info.get('lag_at') or 0)} against the offsets its tables hold")
+        behind = max((info.get("lag_seconds") or {}).values(), default=None)
+        oldest = "" if behind is None else f"; oldest unread {_num(behind, ' s')} old"
+        lines.append(f"  {'':<9} Kafka lag {sum(measured.values()):,} {unit} ({parts}), measured by the job "
+                     f"{_ago(info['lag_at'])}{oldest}")
     elif latest is not None and topic:
+        committed_batch, committed = committed_offsets(checkpoint, topic)
         try:
             lag = lag_per_partition(latest(topic), committed)
             parts = ", ".join(f"p{p} {n:,}" for p, n in lag.items())
-            unit = "records" if lane == LaneName.ARCHIVE_LOG else "alerts"
             lines.append(f"  {'':<9} Kafka lag {sum(lag.values()):,} {unit} ({parts}); last committed batch "
                          f"{'-' if committed_batch is None else committed_batch}")
             if lane == LaneName.REALTIME:
@@ -177,6 +181,15 @@ def _lane_lines(lane: str, info: dict | None, checkpoint: Path, topic: str | Non
         except SkyfilterError as exc:
             lines.append(f"  {'':<9} Kafka lag unknown: {exc}")
     return lines
+
+
+def _latency_line(recent: dict[str, dict]) -> str:
+    """Delivery latency per broker over the last minute, as the job heard it from its delivery log."""
+    if not recent:
+        return "  latency   no alert delivered in the last minute"
+    return "  latency   last minute, input to broker topic: " + "; ".join(
+        f"{broker} p50 {_num(f['p50_s'], ' s', 3)} p99 {_num(f['p99_s'], ' s', 3)} ({f['deliveries']:,})"
+        for broker, f in recent.items())
 
 
 def filter_state_counts(states: list[dict]) -> str:

@@ -50,6 +50,7 @@ from skyfilter.delivery.caps import realtime_broker_visits, realtime_cap_step
 from skyfilter.delivery.micro_batches import batch_stats, report_batch, summary_record
 from skyfilter.delivery.program import encode_and_narrow_steps, evaluate, lane_filters
 from skyfilter.delivery.realtime_split import broker_refusal
+from skyfilter.filtering.filter_errors import KIND as FILTER_ERROR_KIND
 from skyfilter.filtering.filter_errors import FilterErrorWatch, error_record
 from skyfilter.filtering.filter_eval import FilterSet, worker_filter_set
 from skyfilter.filtering.filter_workers import FilterWorkers
@@ -66,8 +67,7 @@ from skyfilter.spark.internals import (
     announce_query_stop,
     close_visit_caps,
     open_visit_caps,
-    register_python_filter_call,
-    register_visit_cap,
+    register_jvm_function,
     visit_cap_counts,
 )
 from skyfilter.spark.steps import apply_steps
@@ -129,7 +129,7 @@ class RealtimeLane(Lane):
         evaluated = evaluate(plan, source, brokers, realtime=True, workers=self._filter_set(filters),
                              watch_workers=self._watch_set(filters))
         if any(b.max_alerts_per_visit is not None for b in brokers):
-            register_visit_cap(self.spark)
+            register_jvm_function(self.spark, "VisitCapLedger")
         decided = with_batch_id(apply_steps(evaluated, [realtime_cap_step(brokers, ledger)]), -1)
         encoded = apply_steps(decided, encode_and_narrow_steps(plan, brokers, decided=True))
         if observed:
@@ -182,7 +182,7 @@ class RealtimeLane(Lane):
         """The stream's worker process for ``role`` (``filters`` or ``watch``), started on first use."""
         if role not in self.workers:
             self.workers[role] = FilterWorkers(self.log).start()
-            register_python_filter_call(self.spark)
+            register_jvm_function(self.spark, "PythonFilterCall")
         return self.workers[role]
 
     def _ledger_file(self, suffix: str = "") -> Path:
@@ -194,8 +194,9 @@ class RealtimeLane(Lane):
         brokers = self.brokers()
         self._open_ledger(any(b.max_alerts_per_visit is not None for b in brokers))
         python = _python(lane_filters(self.plan, brokers))
-        if python and self.errors is None:
-            self.errors = FilterErrorWatch(self.cfg, self.plan.delivery_log_topic, self.log).start()
+        if python and self.errors is None and self.monitor.follower is not None:
+            self.errors = FilterErrorWatch()
+            self.monitor.follower.on(FILTER_ERROR_KIND, self.errors.heard)
         rows = self._rows(self.source, self.ledger or "")
         self.query = (rows.writeStream.format("kafka").options(**self.kafka_options)
                       .queryName(f"skyfilter_{LANE}_{self.plan.name}")
@@ -271,6 +272,8 @@ class RealtimeLane(Lane):
         reports = FilterReports(errors={name: r["error"] for name, r in failed.items()},
                                 samples={name: r["sample"] for name, r in failed.items() if r["sample"]})
         if self.quarantine.review(running, reports):
+            self.monitor.show_quarantined(self.quarantine.quarantined(),
+                                          [spec.name for spec in self.plan.filters])
             self.restart_at_checkpoint = True
             self.checkpoint_passed.clear()
             self.log(f"realtime: the query goes on without them from its next checkpoint (within "
@@ -295,6 +298,7 @@ class RealtimeLane(Lane):
         self.warm_up(PROBE_ALERTS)  # beside the running query: its JVM is warm, the new plan's code is not loaded
         self.stop()
         self.start()
+        self.monitor.restarted(LANE)
         self.wait_until_reading()
         return self.query
 
@@ -357,8 +361,6 @@ class RealtimeLane(Lane):
     def close(self) -> None:
         """Stop listening for progress and filter errors; close the visit cap ledger (its file stays)."""
         self.spark.streams.removeListener(self.listener)
-        if self.errors is not None:
-            self.errors.stop()
         if self.ledger is not None:
             close_visit_caps(self.spark, self.ledger)
             self.ledger = None

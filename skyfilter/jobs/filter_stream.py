@@ -185,8 +185,8 @@ def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, topic: 
 
 def archive_arguments(args: argparse.Namespace, cfg: Config, run_plan: RunPlan) -> list[str]:
     """The command-line arguments of this job's archive lane run as a process of its own: the same stream,
-    files and settings and the writer this run settled, the archive lane only, no metrics endpoint (the parent
-    serves the lanes' lag)."""
+    files and settings and the writer this run settled, the archive lane only, its metrics at
+    ``monitoring.archive_port`` (the parent serves the lanes' lag)."""
     arguments = ["--lane", "archive", "--topic", run_plan.topic, "--name", run_plan.name, "--wait-for-schema", "600",
                  "--filters-dir", str(cfg.path("stream.filters_dir")), "--brokers", str(cfg.path("stream.brokers")),
                  "--bootstrap", cfg.kafka.bootstrap_servers, "--state-dir", str(cfg.state_dir),
@@ -194,8 +194,9 @@ def archive_arguments(args: argparse.Namespace, cfg: Config, run_plan: RunPlan) 
     arguments += ["--config", args.config] if args.config else []
     for setting in args.set:
         arguments += ["--set", setting]
-    return arguments + ["--set", "monitoring.port=null", "--set", "archive.process=same",
-                        "--set", f"archive.writer={run_plan.archive_writer}"]
+    port = cfg.monitoring.archive_port if cfg.monitoring.port is not None else None  # off with the stream's
+    return arguments + ["--set", f"monitoring.port={'null' if port is None else port}",
+                        "--set", "archive.process=same", "--set", f"archive.writer={run_plan.archive_writer}"]
 
 
 def _label(job: StreamJob, lane: LaneName) -> str:

@@ -39,6 +39,7 @@ from skyfilter.core.topics import ensure_topics, topic_partitions
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.delivery.micro_batches import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
 from skyfilter.delivery.realtime import RealtimeLane
+from skyfilter.delivery.realtime_reads import marked_reads, watch_realtime_reads
 from skyfilter.delivery.realtime_split import broker_refusal, split_line
 from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.lanes.delivery_log import SummaryWriter, delivered_so_far
@@ -99,6 +100,8 @@ class StreamJob:
         self.kafka.start()
         self._ensure_input_topic()
         self.summaries = SummaryWriter(self.cfg, self.plan.delivery_log_topic)
+        if LaneName.DELIVERY in self.lanes:
+            self.monitor.follow(self.plan.delivery_log_topic)
         if LaneName.ARCHIVE in self.lanes:
             self.archive = ArchiveLane(self.services, self.triggers.archive, self.summaries)
             self.archive_log = ArchiveLogLane(self.services, self.triggers.archive_log)
@@ -142,8 +145,8 @@ class StreamJob:
             self.log(split_line(plan, settings, local_master))
             self.realtime = RealtimeLane(self.services, self._source(LaneName.REALTIME),
                                          self.triggers.realtime_interval, self.summaries, quarantine, local_master)
-            self.monitor.add_lane(LaneName.REALTIME, plan.lane_checkpoint(LaneName.REALTIME),
-                                  f"realtime {self.triggers.realtime_interval}")
+            watch_realtime_reads(self.spark, self.cfg, self.monitor, self.plan, self.triggers.realtime_interval,
+                                 local_master)
             with scheduler_pool(self.spark, LaneName.REALTIME):
                 self.realtime.warm_up()
                 self.realtime.pass_first_boundary()
@@ -222,6 +225,7 @@ class StreamJob:
         if lane in self.recovered or lane not in self.triggered or not is_spark_55271(exc):
             return None
         self.recovered.add(lane)
+        self.monitor.restarted(lane)
         self.log(f"{lane} lane: Spark failed reporting the progress of the batch recovered from its "
                  f"checkpoint (SPARK-55271); that batch is committed, so the lane restarts after it")
         return self._start_batches(lane, self.triggered[lane])
@@ -234,7 +238,7 @@ class StreamJob:
         topics = topics or [self.plan.topic]
         reader = (self.spark.readStream.format("kafka").options(**options).option("subscribe", ",".join(topics))
                   .option("startingOffsets", for_topics(str(self.cfg.stream.starting_offsets), topics)))
-        return reader.load() if lane == LaneName.REALTIME else reader
+        return marked_reads(self.spark, self.plan.name, reader.load()) if lane == LaneName.REALTIME else reader
 
     def _ensure_input_topic(self) -> None:
         """Create the input topic if its schema was registered before it was created (Spark's Kafka source fails
@@ -296,7 +300,8 @@ class StreamJob:
         drain = False
         try:
             while self.queries:
-                self.monitor.tick()
+                self.monitor.tick({lane: query.isActive for lane, query in self.queries.items()},
+                                  kafka_down=self.kafka.down_since is not None)
                 write_whole(status, json.dumps(about | self.monitor.snapshot | {"totals": self.totals.as_dict()},
                                                default=str))
                 if not self._poll(0.5):

@@ -16,7 +16,9 @@ alert becomes an array of Kafka rows, exploded into what one Kafka sink writes
   ``source_timestamp``;
 * one delivery-log record (JSON) if it went to any broker: which brokers, which
   filters, and its Kafka position; the archive lane turns these into the
-  ``matches`` table, and the record's own append time is the delivery time.
+  ``matches`` table, and the record's own append time is the delivery time;
+  a dead letter's record (lane, reason, position) tells the stream's monitor
+  of it (the dead-letter topic is shared by the streams of an input topic).
 
 Neither a WHERE nor a lambda touches the decoded fields, so Spark decodes each
 alert once (``tests/test_stream_plan.py`` checks the optimized plan).
@@ -42,6 +44,7 @@ from skyfilter.spark.steps import Step, apply_steps, select, with_columns
 HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
                                          T.StructField("value", T.BinaryType())]))
 LOG_KIND_MATCH = "match"
+LOG_KIND_DEAD_LETTER = "dead_letter"
 MATCHED_FIELD = "matched_filters"  # in a ``lite`` record: the broker's filters the alert matched
 WATCH_HEADER = "watch"  # the alert's watchlist/watchmap matches (JSON), to brokers whose filters use them
 BATCH_ID_COLUMN = "_batch_id"  # read by the delivery-log records of a batch
@@ -173,6 +176,13 @@ def _dead_letter(topic: str) -> Column:
     return F.when(~is_accepted(), _row(F.lit(topic), F.col("kafka_key"), F.col("kafka_value"), headers))
 
 
+def _dead_letter_record(lane: str) -> Column:
+    """The JSON of a delivery-log ``dead_letter`` record (its lane and reason), null for decoded alerts."""
+    return F.when(~is_accepted(), F.to_json(F.struct(
+        F.lit(LOG_KIND_DEAD_LETTER).alias("kind"), F.lit(lane).alias("lane"), F.col("reject_reason").alias("reason"),
+        "kafka_partition", "kafka_offset")))
+
+
 def _broker_entries(brokers: list[BrokerSpec]) -> Column:
     """The brokers an alert went to, as structs (broker, topic, format, filters)."""
     return F.array_compact(F.array(*[
@@ -255,6 +265,8 @@ def message_steps(brokers: list[BrokerSpec], encodings: dict[str, Encoding], dea
         rows.append(_dead_letter(deadletter_topic))
     if log_topic:
         rows.append(_log_record(log_topic, brokers, lane, went_anywhere))
+        if deadletter_topic:  # the stream's own note of it (the dead-letter topic is shared by every stream)
+            log_values = (*log_values, (LOG_KIND_DEAD_LETTER, _dead_letter_record(lane)))
         rows += [F.when(value.isNotNull(), _row(F.lit(log_topic), F.lit(key).cast("binary"), value.cast("binary"),
                                                  F.array().cast(HEADERS_TYPE))) for key, value in log_values]
     return [select(F.explode(F.array_compact(F.array(*rows))).alias("out")), select("out.*")]

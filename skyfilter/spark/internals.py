@@ -142,11 +142,17 @@ def warm_up_kafka_clients(spark: SparkSession, settings: dict[str, str], output_
         consumer.close()
 
 
+# ------------------------------------------------------------------------------- skyfilter's JVM functions
+@internal("skyfilter's own SQL functions (spark/jvm/) are non-deterministic JVM UDFs: PySpark's registerJavaFunction "
+          "registers deterministic ones only, so each class registers itself, reached by py4j")
+def register_jvm_function(spark: SparkSession, java_class: str) -> None:
+    """Register the SQL function of skyfilter's JVM class ``java_class`` (``VisitCapLedger``: the visit caps, whose
+    ledgers are opened apart; ``PythonFilterCall``: the Python filter workers, alert by alert; ``ReadMarks``:
+    where a query's tasks have read to)."""
+    getattr(_jvm(spark).skyfilter, java_class).register(spark._jsparkSession)
+
+
 # ----------------------------------------------------------------------------------------------- caps
-@internal("Real-time Mode has no stateful operator: the caps' ledger is skyfilter's own JVM class, reached by py4j")
-def register_visit_cap(spark: SparkSession) -> None:
-    """Register the visit cap SQL function in ``spark`` (its ledgers are opened apart)."""
-    _jvm(spark).skyfilter.VisitCapLedger.register(spark._jsparkSession)
 
 
 @internal("Real-time Mode has no stateful operator: the caps' ledger is skyfilter's own JVM class, reached by py4j")
@@ -172,11 +178,18 @@ def close_visit_caps(spark: SparkSession, ledger: str) -> None:
     _jvm(spark).skyfilter.VisitCapLedger.close(ledger)
 
 
-@internal("Real-time Mode reads a pandas UDF's answers only at its checkpoint: its Python filters are called by "
-          "skyfilter's own JVM function, registered through py4j")
-def register_python_filter_call(spark: SparkSession) -> None:
-    """Register the SQL function that calls a stream's Python filter workers alert by alert."""
-    _jvm(spark).skyfilter.PythonFilterCall.register(spark._jsparkSession)
+READ_MARK_FUNCTION = "skyfilter_read_mark"  # skyfilter/spark/jvm/ReadMarks.java
+
+
+@internal("a Real-time query reports its offsets only at checkpoints: where its tasks read to is noted by "
+          "skyfilter's own JVM function and read back through py4j")
+def read_marks(spark: SparkSession, reader: str) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """(topic, partition) -> (next offset, append time in ms of the last row read, rows read) of ``reader``."""
+    marks = {}
+    for line in _jvm(spark).skyfilter.ReadMarks.snapshot(reader).splitlines():
+        topic, partition, next_offset, timestamp_ms, rows = line.split("\t")
+        marks[(topic, int(partition))] = (int(next_offset), int(timestamp_ms), int(rows))
+    return marks
 
 
 @internal("inside a task Spark 4.2 builds a SQL configuration per nested field it decodes; the thread-local that "

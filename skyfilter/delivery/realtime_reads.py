@@ -1,0 +1,57 @@
+"""Where a Real-time query's tasks have read to: marks on its input rows, and the lane's lag and reads from them.
+
+A Real-time query reports its offsets at its checkpoints only (minutes apart);
+its lag read from the checkpoint would be a sawtooth of that period, and its
+alerts-read counter would jump once per period.  Each input row passes through
+skyfilter's read-mark function (``skyfilter/spark/jvm/ReadMarks.java``) instead,
+which notes per partition the next offset and the rows read; the tasks of a
+local master run in the driver's JVM, where the monitor reads the marks.  On a
+cluster master the marks stay in the executors' JVMs: the lane is then measured
+from its checkpoint.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from skyfilter.core.config import Config
+from skyfilter.core.lag import LatestOffsets
+from skyfilter.core.lanes import LaneName
+from skyfilter.lanes.monitoring import StreamMonitor
+from skyfilter.lanes.read_positions import marked_positions, start_positions
+from skyfilter.plan.stream_plan import StreamPlan
+from skyfilter.spark.internals import READ_MARK_FUNCTION, read_marks, register_jvm_function
+
+
+def reader_name(stream: str) -> str:
+    """The name a stream's Real-time tasks mark their reads under."""
+    return f"{stream}:{LaneName.REALTIME}"
+
+
+def marked_reads(spark: SparkSession, stream: str, source: DataFrame) -> DataFrame:
+    """The Kafka source ``source`` of a stream's Real-time lane, each row marking where its task read to."""
+    register_jvm_function(spark, "ReadMarks")
+    return source.where(F.call_function(READ_MARK_FUNCTION, F.lit(reader_name(stream)), "topic", "partition",
+                                        "offset", F.unix_millis("timestamp")))
+
+
+def watch_realtime_reads(spark: SparkSession, cfg: Config, monitor: StreamMonitor, plan: StreamPlan,
+                         interval: str, local_master: bool) -> None:
+    """Measure the Real-time lane from its read marks: its lag (where none was made yet, from where it started)
+    and its alerts read, as they are read; on a cluster master, from its checkpoint."""
+    checkpoint, topic, reader = plan.lane_checkpoint(LaneName.REALTIME), plan.topic, reader_name(plan.name)
+    if not local_master:
+        monitor.add_lane(LaneName.REALTIME, checkpoint, f"realtime {interval}")
+        return
+    latest = LatestOffsets(cfg)
+    try:
+        started = start_positions(checkpoint, topic, latest(topic), str(cfg.stream.starting_offsets))
+    finally:
+        latest.close()
+
+    def marks() -> dict[tuple[str, int], tuple[int, int, int]]:
+        return read_marks(spark, reader)
+    monitor.add_lane(LaneName.REALTIME, checkpoint, f"realtime {interval}",
+                     committed=marked_positions(marks, topic, started, checkpoint),
+                     rows_read=lambda: sum(mark[2] for mark in marks().values()))
