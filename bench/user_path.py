@@ -21,6 +21,12 @@ make it), this one:
 4. waits until the broker topics stop growing, stops the job with SIGTERM
    and reads every broker topic back.
 
+The job's Prometheus endpoint is scraped every ``--scrape-every`` seconds
+while it sends (until the kill, in a restart run), and each scrape is set against what
+was delivered and appended by then (``bench/metrics_scrape.py``): how old the
+latency histograms' count, the alerts-read counter and the lag were (issue 49's
+target: no older than 10 s with a scrape every 5 s).
+
 Measured: delivery latency of every match (its broker message's Kafka
 timestamp minus its alert's input timestamp, from the first alert sent),
 p50-p99.9 and max, also for the brokers with a Python filter; the archive's
@@ -52,10 +58,12 @@ from bench.broker_load import (
 )
 from bench.filter_sets import CUTS
 from bench.harness import ROOT, add_common_arguments, add_settings_argument, runs_table, settings_of
+from bench.metrics_scrape import MetricsScraper, freshness
+from skyfilter.core.processes import free_port
 
 TARGETS = {"realtime": {"p99_s": 0.2, "p999_s": 0.5, "python_p99_s": 0.3, "backlog_cleared_s": 60.0,
-                        "recovered_p99_s": 0.2},
-           "0": {"p99_s": 2.0}}
+                        "recovered_p99_s": 0.2, "metrics_delivered_stale_max_s": 10.0},
+           "0": {"p99_s": 2.0, "metrics_delivered_stale_max_s": 10.0}}
 SETTLE_S = 10.0  # after `running:`, as the independent probe of issue 48 waited
 RECOVERY_S = 60.0  # after a restart's `running:`, delivery is to be back under its target (issue 48)
 
@@ -77,6 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--restart-at", type=float, default=0.0,
                         help="kill -9 the job this many seconds into sending and start it again (default 0: never)")
     parser.add_argument("--trigger", default="realtime", help="the delivery trigger (default realtime)")
+    parser.add_argument("--scrape-every", type=float, default=5.0,
+                        help="seconds between scrapes of the job's metrics while sending (default 5; 0: none)")
     parser.add_argument("--cached-visits", type=int, default=20, help="distinct visits cycled through (default 20)")
     parser.add_argument("--filters", type=int, default=100, help="generated filters (default 100)")
     parser.add_argument("--python-filters", type=int, default=10, help="of which Python (default 10)")
@@ -168,13 +178,19 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
         flag, _, value = setting.partition("=")
         argv += [flag, value] if flag.startswith("--") else ["--set", setting]
     archives = "--lane=delivery" not in settings
+    scraping = args.scrape_every > 0
+    if scraping:
+        port = free_port(19464)
+        argv += ["--set", f"monitoring.port={port}", "--set", f"monitoring.archive_port={free_port(port + 1)}"]
     log_file = cfg.state_dir / "run" / f"user_path.{safe}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     job = Job(argv, log_file)
-    restarted_at, running_again = None, None
+    restarted_at, running_again, scraper, scrapes, scraped_until = None, None, None, [], None
     try:
         job.wait_running()
         time.sleep(SETTLE_S)
+        scraper = MetricsScraper(cfg, f"http://127.0.0.1:{port}/metrics", topic, args.scrape_every).start() \
+            if scraping else None
         measured_from = time.time()
         cpu_before, cpu_spent = cpu_now(job.process.pid, kafka_node()), None
         sent: list = []
@@ -185,6 +201,8 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
         if args.restart_at:
             time.sleep(args.restart_at)
             cpu_spent = cpu_used(cpu_before, cpu_now(job.process.pid, kafka_node()))
+            scrapes, scraped_until = (scraper.stop(), time.time()) if scraper is not None else ([], None)
+            scraper = None  # the restarted job counts from 0 again: freshness is judged before the kill
             job.kill()
             restarted_at = time.time() - measured_from
             job = Job(argv, log_file)
@@ -194,6 +212,8 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
         sender.join()
         report = sent[0]
         sending_ended = time.time()
+        if scraper is not None:
+            scrapes, scraped_until = scraper.stop(), sending_ended
         alerts_table = cfg.state_dir / "delta" / name / "alerts"
         lag_at_end = None if not archives else \
             report.alerts - (_rows(alerts_table, measured_from) if exists(alerts_table) else 0)
@@ -209,6 +229,7 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
     every = sorted(ms for values in found.values() for _, ms in values)
     python = sorted(ms for broker, values in found.items() if brokers[broker]["python"] for _, ms in values)
     timeline = sorted((sent_ms / 1000 - measured_from, ms) for values in found.values() for sent_ms, ms in values)
+    delivered_at = sorted((sent_ms + ms) / 1000 for values in found.values() for sent_ms, ms in values)
     return {"variant": variant, "settings": " ".join(settings) or "defaults", "alerts": report.alerts,
             "messages": len(every), **{key: _s(percentile(every, q)) for key, q in PERCENTILES},
             "max_s": _s(every[-1] if every else None), "python_messages": len(python),
@@ -216,6 +237,8 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
             "restarted_at_s": None if restarted_at is None else round(restarted_at, 1),
             **after_restart(timeline, running_again),
             "archive_lag_at_end": lag_at_end, "archived_s_after_sending": archived_s,
+            **{f"metrics_{key}": value for key, value in freshness(
+                scrapes, delivered_at, args.rate, measured_from, scraped_until or measured_from).items()},
             "cpu_driver_s": cpu["driver"], "cpu_archive_s": cpu["archive"], "cpu_kafka_s": cpu["kafka"],
             "cpu_other_s": cpu["other"], "exit_code": code, "latencies_ms": every, "timeline": timeline}
 
@@ -303,7 +326,10 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                ("backlog_cleared_s", "backlog cleared s after running:"),
                ("recovered_p99_s", f"p99 s from running: + {RECOVERY_S:g} s"),
                ("archive_lag_at_end", "archive lag at end"),
-               ("archived_s_after_sending", "all archived s after sending"), ("cpu_driver_s", "CPU s: driver"),
+               ("archived_s_after_sending", "all archived s after sending"),
+               ("metrics_scrapes", "scrapes"), ("metrics_delivered_stale_max_s", "latency count max s old"),
+               ("metrics_read_behind_max_s", "alerts read max s behind"),
+               ("metrics_lag_shown_max_s", "lag shown max s"), ("cpu_driver_s", "CPU s: driver"),
                ("cpu_archive_s", "CPU s: archive"), ("cpu_kafka_s", "CPU s: Kafka"),
                ("cpu_other_s", "CPU s: producers, rest"), ("exit_code", "exit")]
     notes = [f"Per variant: a fresh topic holding {args.backlog_visits} visit(s) of {args.rate} alerts; "
@@ -312,7 +338,11 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
              f"(with cutouts) a second for {args.seconds:g} s from {args.producers} producer process(es); the "
              f"broker-like mix: {args.filters} filters ({args.python_filters} Python) over {args.brokers} brokers.",
              "Latency: each broker message's Kafka timestamp minus its alert's input timestamp, every alert sent "
-             "counted (no warm-up).", *verdicts(rows, args.trigger)]
+             "counted (no warm-up).",
+             f"Metrics: the job's endpoint scraped every {args.scrape_every:g} s while sending (until the kill in "
+             f"a restart run); 'latency count max s old': the oldest delivery the histograms did not count yet at a "
+             f"scrape; 'alerts read max s behind': appended minus counted as read, at the sending rate (it holds "
+             f"the stream's own lag too).", *verdicts(rows, args.trigger)]
     table_rows = [{key: r.get(key) for key, _ in columns} for r in rows]
     return write_results(args.results, "user_path", "Started as users start it: latency per variant",
                          table_rows, columns, notes, settings_of(args), args.command, _plot(rows), memory.peaks(),

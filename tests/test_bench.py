@@ -22,6 +22,7 @@ from bench.broker_load import main as broker_load
 from bench.catch_up import main as catch_up
 from bench.filter_scaling import main as filter_scaling
 from bench.grid import main as grid
+from bench.metrics_scrape import freshness
 from bench.producer_rate import main as producer_rate
 from bench.side_by_side import main as side_by_side
 from bench.stages import main as stages
@@ -136,8 +137,11 @@ def test_user_path_starts_the_job_with_spark_submit_on_a_busy_topic_and_restarts
                   ["--variants", "lean:archive.writer=delta-rs+archive.process=same", "--seconds", "4", "--rate", "10",
                    "--backlog-visits", "1", "--restart-at", "2", "--filters", "4", "--python-filters", "1",
                    "--brokers", "2", "--producers", "1", "--cached-visits", "2", "--no-stamps", "--cuts", "loose",
-                   "--set", "archive.trigger=1s", "--set", "archive.log_trigger=1s"], kafka_cfg, tmp_path, capsys)
+                   "--set", "archive.trigger=1s", "--set", "archive.log_trigger=1s", "--scrape-every", "0.5"],
+                  kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
+    assert row["metrics_scrapes"] >= 2 and row["metrics_delivered_stale_max_s"] is not None, \
+        "the job's endpoint was scraped while it sent, until the kill"
     assert (row["variant"], row["settings"], row["alerts"]) == \
         ("lean", "archive.writer=delta-rs archive.process=same", 40)  # one JVM per start: a quicker smoke test
     assert row["messages"] > 0 and 0 < row["p50_s"] <= row["p99_s"] <= row["max_s"]
@@ -269,3 +273,13 @@ def test_a_long_night_keeps_its_input_for_the_retention_asked_and_is_refused_whe
     check_disk(tmp_path, cache, 1000, 3, 256.0)  # a few MB: fits
     with pytest.raises(SkyfilterError, match=r"GB are free: shorten it, or keep less in Kafka"):
         check_disk(tmp_path, cache, 10**12, None, 256.0)
+
+
+def test_metrics_freshness_sets_each_scrape_against_what_was_delivered_by_then():
+    delivered_at = [10.0, 11.0, 12.0, 20.0]
+    scrapes = [{"at": 12.5, "delivered": 3, "appended": 512, "read": 256, "lag_s": 0.4},   # all counted
+               {"at": 21.0, "delivered": 3, "appended": 1024, "read": 1024, "lag_s": 0.0},  # 20.0 not yet: 1 s old
+               {"at": 99.0, "delivered": 0, "appended": 0, "read": 0, "lag_s": 9.0}]       # after sending: left out
+    assert freshness(scrapes, delivered_at, 256, since=10.0, until=30.0) == {
+        "scrapes": 2, "delivered_stale_max_s": 1.0, "read_behind_max_s": 1.0, "lag_shown_max_s": 0.4}
+    assert freshness([], delivered_at, 256, 0, 1)["delivered_stale_max_s"] is None

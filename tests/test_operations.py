@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import urllib.request
 
 import pytest
@@ -18,6 +19,25 @@ from skyfilter.lanes.recent_latency import RecentLatency
 
 PROMTOOL = ROOT / ".local" / "prometheus" / "bin" / "promtool"
 RULES = ROOT / "conf" / "prometheus" / "rules.yml"
+
+
+def group_offsets(cfg, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    """A consumer group's committed offsets, as kafka_exporter and Burrow read them (an OffsetFetch; the group's
+    coordinator may still be loading right after Kafka started: asked again)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    reader = Consumer({"bootstrap.servers": cfg.bootstrap_servers, "group.id": group, "enable.auto.commit": False})
+    try:
+        for attempt in range(10):
+            try:
+                return {tp.partition: tp.offset
+                        for tp in reader.committed([TopicPartition(topic, p) for p in partitions], timeout=10)}
+            except KafkaException:
+                if attempt == 9:
+                    raise
+                time.sleep(1)
+    finally:
+        reader.close()
 
 
 def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -124,5 +144,39 @@ def test_a_delivery_is_counted_per_broker_and_once_per_filter(tmp_path):
         assert value("skyfilter_delivery_latency_seconds_sum",
                      {"stream": "night", "lane": "realtime", "broker": "lasair"}) == pytest.approx(0.25)
         assert monitor.snapshot["latency_last_minute"]["fink"]["p50_s"] == pytest.approx(0.25)
+    finally:
+        monitor.close()
+
+
+def test_between_batches_the_lag_is_measured_in_seconds_and_committed_to_the_stream_group(kafka_cfg, tmp_path):
+    from confluent_kafka import Producer
+
+    from skyfilter.core.topics import ensure_topics
+
+    topic = "ops.lag.alerts"
+    ensure_topics(kafka_cfg, {topic: 2})
+    producer = Producer({"bootstrap.servers": kafka_cfg.bootstrap_servers})
+    for i in range(10):
+        producer.produce(topic, value=b"alert %d" % i, partition=i % 2, timestamp=int(time.time() * 1000) - 30_000)
+    producer.flush(10)
+    read = {0: 5, 1: 3}  # where the lane has read to: all of partition 0, two alerts of partition 1 unread
+    cfg = kafka_cfg.copy()
+    cfg.set("monitoring.lag_interval_s", 0.5)
+    monitor = StreamMonitor(cfg, "lagging", topic)
+    try:
+        monitor.add_lane("realtime", tmp_path / "none", "realtime 5 minutes", committed=lambda _p: dict(read))
+        monitor.tick()
+        for expected in ({0: 5, 1: 3}, {0: 5, 1: 5}):
+            read.update(expected)
+            deadline = time.monotonic() + 20
+            while True:
+                committed = group_offsets(kafka_cfg, "skyfilter.lagging", topic, [0, 1])
+                if committed == expected or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert committed == expected
+        time.sleep(1.5)
+        state = monitor.lanes["realtime"]
+        assert state.lag == {0: 0, 1: 0} and state.lag_seconds == {0: 0.0, 1: 0.0}
     finally:
         monitor.close()

@@ -27,7 +27,6 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 
 from skyfilter.core.config import Config
-from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.figures import DeliveryFigures
 from skyfilter.core.lag import LatestOffsets, committed_offsets, lag_per_partition
 from skyfilter.lanes.log_follower import DeliveryLogFollower
@@ -71,7 +70,9 @@ class StreamMonitor:
         self.url: str | None = None
         self.lock = threading.Lock()  # batch threads, the listener and the job's main loop all refresh the lag
         self.quarantined: list[str] = []
-        self.oldest: OldestUnread | None = None
+        self.stopping = threading.Event()
+        self.commit_failed: set[str] = set()  # consumer groups whose commit failed once (said once)
+        self.measuring = threading.Thread(target=self._measure_between_batches, daemon=True, name="lag-measure")
         self.follower: DeliveryLogFollower | None = None
         self.recent = RecentLatency()
         self.outage_noted_at: float | None = None
@@ -179,34 +180,57 @@ class StreamMonitor:
         self.lane_info.labels(self.stream, lane).info({"trigger": trigger})
 
     def lag_after(self, lane: str, batch_id: int | None = None) -> dict[int, int]:
-        """A lane's lag per partition of the topic it reads now, in alerts (returned) and in seconds, against its
-        read positions (default: its last committed batch's, or ``batch_id``'s); delivery and archive positions
-        are committed to the stream's consumer groups."""
+        """A lane's lag per partition of the topic it reads now, in alerts, against ``batch_id``'s end offsets (a
+        batch reporting its own) or, without it, the lane's best known read positions (see ``add_lane``)."""
         with self.lock:
-            state = self.lanes[lane]
-            state.lag_at = time.time()
-            try:
-                self.latest = self.latest or LatestOffsets(self.cfg)
-                self.oldest = self.oldest or OldestUnread(self.cfg)
-                latest = self.latest(state.topic)
-                positions = state.committed(sorted(latest)) if state.committed is not None and batch_id is None \
-                    else committed_offsets(state.checkpoint, state.topic, batch_id)[1]
-                state.lag = lag_per_partition(latest, positions)
-                state.lag_seconds = self.oldest.seconds_behind(state.topic, positions, state.lag)
+            self.latest = self.latest or LatestOffsets(self.cfg)
+            return self._measure(lane, self.latest, batch_id)
+
+    def _measure(self, lane: str, latest_offsets: LatestOffsets, batch_id: int | None = None,
+                 oldest: OldestUnread | None = None) -> dict[int, int]:
+        """:meth:`lag_after` with these Kafka clients; with ``oldest``, also the lag in seconds, and the delivery
+        and archive positions committed to the stream's consumer groups."""
+        state = self.lanes[lane]
+        state.lag_at = time.time()
+        try:
+            latest = latest_offsets(state.topic)
+            positions = state.committed(sorted(latest)) if state.committed is not None and batch_id is None \
+                else committed_offsets(state.checkpoint, state.topic, batch_id)[1]
+            state.lag = lag_per_partition(latest, positions)
+            if oldest is not None:
+                state.lag_seconds = oldest.seconds_behind(state.topic, positions, state.lag)
                 if state.topic == self.topic:
-                    self.oldest.commit(consumer_group(self.stream, lane), state.topic, positions)
-            except SkyfilterError as exc:
-                self.log(f"consumer lag not measured: {exc}")
-                return {}
-            except Exception as exc:  # noqa: BLE001 - a Kafka error (KafkaException) costs the lag, not the stream
-                self.log(f"consumer lag not measured: {exc}")
-                return {}
-            for partition, behind in state.lag.items():
-                self.lag.labels(self.stream, lane, state.topic, str(partition)).set(behind)
-                if partition in state.lag_seconds:
-                    self.lag_seconds.labels(self.stream, lane, state.topic, str(partition)).set(
-                        state.lag_seconds[partition])
-            return state.lag
+                    self._commit(oldest, consumer_group(self.stream, lane), positions)
+        except Exception as exc:  # noqa: BLE001 - SkyfilterError, KafkaException: it costs the lag, not the stream
+            self.log(f"consumer lag not measured: {exc}")
+            return {}
+        for partition, behind in state.lag.items():
+            self.lag.labels(self.stream, lane, state.topic, str(partition)).set(behind)
+        for partition, seconds in state.lag_seconds.items():
+            self.lag_seconds.labels(self.stream, lane, state.topic, str(partition)).set(seconds)
+        return state.lag
+
+    def _commit(self, oldest: OldestUnread, group: str, positions: dict[int, int]) -> None:
+        """Commit a lane's read positions to its consumer group (informational: a failure is said once)."""
+        try:
+            oldest.commit(group, self.topic, positions)
+        except Exception as exc:  # noqa: BLE001 - KafkaException: the group is for kafka_exporter and Burrow only
+            if group not in self.commit_failed:
+                self.commit_failed.add(group)
+                self.log(f"consumer group {group}: read positions not committed ({exc}); retried every "
+                         f"{self.lag_interval_s:g} s, the stream is not affected")
+
+    def _measure_between_batches(self) -> None:
+        """Every ``monitoring.lag_interval_s``, each lane's lag in alerts and seconds, in a thread of its own
+        with its own Kafka clients: the job's main loop and the batches never wait for Kafka's answers."""
+        latest, oldest = LatestOffsets(self.cfg), OldestUnread(self.cfg)
+        try:
+            while not self.stopping.wait(self.lag_interval_s):
+                for lane in list(self.lanes):
+                    self._measure(lane, latest, oldest=oldest)
+        finally:
+            latest.close()
+            oldest.close()
 
     def batch_figures(self, lane: str, batch_id: int, started: float, finished: float, input_alerts: int,
                       quarantined: list[str]) -> dict:
@@ -294,7 +318,7 @@ class StreamMonitor:
 
     def tick(self, running: dict[str, bool] | None = None, kafka_down: bool = False) -> None:
         """Between batches (the job's main loop): the heartbeat, which lanes run, the alerts read as they are
-        read, Kafka's outage time, and each lane's lag every ``monitoring.lag_interval_s``."""
+        read, Kafka's outage time; the first call starts measuring the lag (:meth:`_measure_between_batches`)."""
         now = time.time()
         self.heartbeat.labels(self.stream).set(now)
         for lane, up in (running or {}).items():
@@ -307,8 +331,8 @@ class StreamMonitor:
                 read = state.rows_read()
                 self.input_alerts.labels(self.stream, lane).inc(max(0, read - state.rows_counted))
                 state.rows_counted = max(read, state.rows_counted)
-            if now - state.lag_at >= self.lag_interval_s:
-                self.lag_after(lane)
+        if not self.measuring.is_alive():
+            self.measuring.start()
 
     def close(self) -> None:
         """Stop serving (the last values are gone with the process), stop following, close the Kafka clients."""
@@ -317,10 +341,11 @@ class StreamMonitor:
             self.server.server_close()
         if self.follower is not None:
             self.follower.stop()
+        self.stopping.set()
+        if self.measuring.is_alive():
+            self.measuring.join(self.lag_interval_s + 15)
         if self.latest is not None:
             self.latest.close()
-        if self.oldest is not None:
-            self.oldest.close()
 
 
 def _seconds(millis: float | None) -> float | None:

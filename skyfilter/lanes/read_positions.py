@@ -20,6 +20,7 @@ from pathlib import Path
 from skyfilter.core.config import Config
 from skyfilter.core.kafka_clients import client_settings
 from skyfilter.core.lag import committed_offsets
+from skyfilter.core.topics import admin_client
 
 Positions = Callable[[list[int]], dict[int, int]]  # partitions -> the lane's next offset to read in each
 
@@ -64,7 +65,7 @@ class OldestUnread:
         self.consumer = Consumer(client_settings(cfg, **{
             "group.id": f"skyfilter-oldest-{uuid.uuid4()}", "enable.auto.commit": False, "log_level": 0,
             "fetch.wait.max.ms": 50, "max.partition.fetch.bytes": 65536}))
-        self.groups: dict[str, object] = {}
+        self.admin = None  # an AdminClient, made on the first commit
 
     def seconds_behind(self, topic: str, positions: dict[int, int], lag: dict[int, int], timeout_s: float = 2.0
                        ) -> dict[int, float]:
@@ -82,24 +83,20 @@ class OldestUnread:
                 for message in self.consumer.consume(len(lagging), 0.2):
                     if message.error() is None and message.partition() not in behind:
                         behind[message.partition()] = max(0.0, now - message.timestamp()[1] / 1000)
-                        self.consumer.pause([TopicPartition(topic, message.partition())])
         finally:
             self.consumer.unassign()
         return behind
 
-    def commit(self, group: str, topic: str, positions: dict[int, int]) -> None:
-        """Commit ``positions`` as ``group``'s offsets of ``topic`` (no member joins the group)."""
-        from confluent_kafka import Consumer, TopicPartition
+    def commit(self, group: str, topic: str, positions: dict[int, int], timeout_s: float = 5.0) -> None:
+        """Set ``group``'s offsets of ``topic`` to ``positions`` (Kafka's admin API: no member joins the group)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         if not positions:
             return
-        if group not in self.groups:
-            self.groups[group] = Consumer(client_settings(self.cfg, **{
-                "group.id": group, "enable.auto.commit": False, "log_level": 0}))
-        self.groups[group].commit(offsets=[TopicPartition(topic, p, o) for p, o in sorted(positions.items())],
-                                  asynchronous=False)
+        self.admin = self.admin or admin_client(self.cfg)
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o)
+                                                       for p, o in sorted(positions.items())])
+        self.admin.alter_consumer_group_offsets([request], request_timeout=timeout_s)[group].result(timeout_s)
 
     def close(self) -> None:
         self.consumer.close()
-        for consumer in self.groups.values():
-            consumer.close()
