@@ -180,3 +180,22 @@ def test_between_batches_the_lag_is_measured_in_seconds_and_committed_to_the_str
         assert state.lag == {0: 0, 1: 0} and state.lag_seconds == {0: 0.0, 1: 0.0}
     finally:
         monitor.close()
+
+
+def test_the_heartbeat_moves_while_idle_and_kafka_outage_seconds_add_up():
+    cfg = Config.load(ROOT / "conf" / "local.yaml", {"monitoring.port": None})
+    monitor = StreamMonitor(cfg, "night", "alerts")
+    value = monitor.registry.get_sample_value
+    try:
+        monitor.tick({"realtime": True}, kafka_down=False)
+        first = value("skyfilter_heartbeat_timestamp_seconds", {"stream": "night"})
+        time.sleep(0.3)
+        monitor.tick({"realtime": True}, kafka_down=True)
+        time.sleep(0.3)
+        monitor.tick({"realtime": False}, kafka_down=True)
+        monitor.tick({"realtime": False}, kafka_down=False)
+        assert value("skyfilter_heartbeat_timestamp_seconds", {"stream": "night"}) >= first + 0.6
+        assert value("skyfilter_kafka_outage_seconds_total", {"stream": "night"}) == pytest.approx(0.3, abs=0.1)
+        assert value("skyfilter_lane_running", {"stream": "night", "lane": "realtime"}) == 0
+    finally:
+        monitor.close()

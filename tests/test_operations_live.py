@@ -79,6 +79,12 @@ def test_prometheus_sees_both_lanes_move_while_alerts_flow_and_the_down_rule_fir
                                f'{{{stream}, lane="realtime"}}[1m])))')
         assert p99 is not None and 0 < p99 <= 60, p99
         assert prometheus.value(f"time() - max(skyfilter_heartbeat_timestamp_seconds{{{stream}}})") < 10
+        # The archive process serves its own endpoint: its archived count moves as it archives.
+        archived = prometheus.wait_for(f'sum(skyfilter_archived_alerts_total{{{stream}, job="skyfilter-archive"}})',
+                                       lambda n: n > 0, 60)
+        assert archived, ([(u["metric"]["job"], u["value"][1]) for u in prometheus.query('up')],
+                          [line for line in lines if "metric" in line or "port" in line])
+        assert prometheus.value('up{job="skyfilter-archive"}') == 1
 
         # Every panel of the dashboard evaluates against the running Prometheus.
         dashboard = json.loads((ROOT / "docker" / "grafana" / "dashboards" / "skyfilter.json").read_text())

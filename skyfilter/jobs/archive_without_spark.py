@@ -16,7 +16,14 @@ import json
 import signal
 import time
 
-from skyfilter.archive.writer_query import ArchiveTarget, WriterQuery, start_log_writer, start_writer
+from skyfilter.archive.writer_query import (
+    ArchiveTarget,
+    WriterQuery,
+    archived_offsets,
+    logged_log_offsets,
+    start_log_writer,
+    start_writer,
+)
 from skyfilter.core.alert_columns import detect
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
@@ -24,6 +31,7 @@ from skyfilter.core.lanes import LaneName
 from skyfilter.core.status import write_starting
 from skyfilter.core.topics import ensure_topics
 from skyfilter.jobs.stop_signals import StopSignals
+from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.totals import StreamTotals
 from skyfilter.plan.stream_plan import delivery_log_topic
 from skyfilter.plan.tables import raw_layout, table_paths
@@ -56,11 +64,24 @@ class ArchiveWithoutSpark:
         self.totals = StreamTotals()
         self.triggers = {LaneName.ARCHIVE: trigger, LaneName.ARCHIVE_LOG: log_trigger}
         self.queries: dict[str, WriterQuery] = {}
+        self.monitor: StreamMonitor | None = None
+
+    def serve_metrics(self) -> StreamMonitor:
+        """Serve the archive's own metrics at ``monitoring.port`` (a stream job's archive process gets
+        ``monitoring.archive_port``): archived counts, batch times, lag against what the tables hold."""
+        self.monitor = StreamMonitor(self.cfg, self.archive.name, self.archive.topic, self.log)
+        checkpoint = self.cfg.checkpoint_dir / self.archive.name
+        self.monitor.add_lane(LaneName.ARCHIVE, checkpoint / LaneName.ARCHIVE, self.triggers[LaneName.ARCHIVE],
+                              committed=archived_offsets(self.archive))
+        self.monitor.add_lane(LaneName.ARCHIVE_LOG, checkpoint / LaneName.ARCHIVE_LOG,
+                              self.triggers[LaneName.ARCHIVE_LOG], self.archive.delivery_log_topic,
+                              logged_log_offsets(self.archive))
+        return self.monitor
 
     def start(self, lane: str, trigger: str) -> WriterQuery:
         """Start one writer (``availableNow``: until its topic's end as it is now)."""
         start = start_writer if lane == LaneName.ARCHIVE else start_log_writer
-        self.queries[lane] = start(self.cfg, self.archive, trigger, self.totals.counting(self.log))
+        self.queries[lane] = start(self.cfg, self.archive, trigger, self.totals.counting(self.log), self.monitor)
         return self.queries[lane]
 
     def run(self, signals: StopSignals) -> bool:
@@ -69,6 +90,8 @@ class ArchiveWithoutSpark:
             self.start(lane, trigger)
         while signals.received is None:
             time.sleep(POLL_S)
+            if self.monitor is not None:
+                self.monitor.tick({lane: query.isActive for lane, query in self.queries.items()})
             for lane, query in self.queries.items():
                 if not query.isActive:
                     raise self.failure(lane, query)
@@ -110,8 +133,11 @@ def run(cfg: Config, name: str, schema_text: str, available_now: bool, log=print
         return job.totals
     signals = StopSignals()
     signals.catch()
+    monitor = job.serve_metrics()
     try:
         write_running(cfg, name, job)
+        if monitor.url:
+            log(f"metrics at {monitor.url}")
         log(f"stream '{name}' running: archive (trigger {cfg.archive.trigger}, log {cfg.archive.log_trigger}, "
             f"delta-rs, no JVM)")
         job.run(signals)
@@ -122,5 +148,6 @@ def run(cfg: Config, name: str, schema_text: str, available_now: bool, log=print
         job.drain()
     finally:
         job.stop()
+        monitor.close()
         signals.restore()
     return job.totals
