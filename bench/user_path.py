@@ -178,7 +178,7 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
         flag, _, value = setting.partition("=")
         argv += [flag, value] if flag.startswith("--") else ["--set", setting]
     archives = "--lane=delivery" not in settings
-    scraping = args.scrape_every > 0
+    scraping = args.scrape_every > 0 and "monitoring.port=null" not in settings  # a run without the endpoint
     if scraping:
         port = free_port(19464)
         argv += ["--set", f"monitoring.port={port}", "--set", f"monitoring.archive_port={free_port(port + 1)}"]

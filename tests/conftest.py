@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import io
 import json
@@ -157,6 +158,27 @@ def decode_messages(messages, schema: dict) -> list[dict]:
     """Decode wire-format messages with fastavro (independently of Spark)."""
     parsed = fastavro.parse_schema(schema)
     return [fastavro.schemaless_reader(io.BytesIO(unframe(m.value)[1]), parsed, None) for m in messages]
+
+
+@contextlib.contextmanager
+def standalone_cluster(cfg: Config, folder: Path, worker_cores: int | None = None):
+    """A Spark standalone cluster on this machine (master + 2 workers, ``worker_cores`` each), stopped by pid."""
+    from skyfilter.core.processes import free_port
+    from skyfilter.core.spark_cluster import SparkStandalone
+
+    cfg = cfg.copy()
+    cfg.set("state_dir", str(folder / "cluster-state"))
+    cfg.set("spark_cluster.master_port", free_port(17077))
+    cfg.set("spark_cluster.master_webui_port", free_port(18080))
+    if worker_cores is not None:
+        cfg.set("spark_cluster.worker_cores", worker_cores)
+    cluster = SparkStandalone(cfg, workers=2)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        stopped = cluster.stop()
+    assert len(stopped) == 3, "the master and both workers were stopped by pid"
 
 
 def stream_folder(folder: Path, filters: dict[str, str], brokers: str) -> Path:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,7 +20,6 @@ from skyfilter.core.cpu_share import idle_group
 from skyfilter.core.settings import Realtime
 from skyfilter.filtering.filter_workers import (
     FRAME,
-    FilterWorkers,
     answer,
     answer_all,
     one_verdict,
@@ -101,12 +102,16 @@ def test_the_worker_process_waits_briefly_for_the_other_tasks_and_calls_each_fil
     calls = tmp_path / "calls.txt"
     counts = RAISES.replace("def raises(snr):", "def counts(snr):").replace(
         'raise ValueError("no")', f"open({str(calls)!r}, 'a').write(f'{{len(snr)}}\\n')\n    return snr > 10")
-    workers = FilterWorkers(log=lambda line: None).start()
+    path = tmp_path / "worker.sock"
+    worker = subprocess.Popen([sys.executable, "-m", "skyfilter.filtering.filter_workers", "--socket", str(path)])
     try:
-        _filter_set(Path(workers.folder), {"counts": counts}, pa.schema([pa.field("c0", pa.float32())]))
+        _filter_set(tmp_path, {"counts": counts}, pa.schema([pa.field("c0", pa.float32())]))
+        deadline = time.monotonic() + 60
+        while not path.exists() and time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.05)
         tasks = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
         for task in tasks:
-            task.connect(workers.socket)
+            task.connect(str(path))
         time.sleep(0.2)  # the worker has taken the three connections in
         for snr, task in zip([50.0, 5.0, 20.0], tasks, strict=True):  # three tasks' alerts, as a burst sends them
             request = b"set1\n" + json.dumps({"alert_id": "a", "c0": snr}).encode()
@@ -122,7 +127,8 @@ def test_the_worker_process_waits_briefly_for_the_other_tasks_and_calls_each_fil
         for task in tasks:
             task.close()
     finally:
-        workers.close()
+        worker.terminate()
+        worker.wait(10)
 
 
 def _reply(task: socket.socket) -> str:
@@ -164,13 +170,10 @@ def test_verdict_marks_take_a_batch_of_booleans_and_refuse_the_wrong_length_or_k
             verdict_marks(wrong, rows)
 
 
-def test_brokers_go_to_micro_batches_only_when_the_settings_or_the_master_say_so():
+def test_brokers_go_to_micro_batches_only_when_the_settings_say_so():
     on, off = Realtime("5m", 500, True, True, 3000), Realtime("5m", 500, False, False, 3000)
-    assert realtime_refusal(BrokerNeeds(True, ("fast_riser",)), on, local_master=True) is None
-    assert realtime_refusal(BrokerNeeds(True, ("fast_riser",)), on, local_master=False) == (
-        "a per-visit cap (the visit cap ledger needs a local master); Python filter(s) fast_riser (the filter "
-        "workers need a local master)")
-    assert realtime_refusal(BrokerNeeds(True, ("f",)), off, True) == (
+    assert realtime_refusal(BrokerNeeds(True, ("fast_riser",), True), on) is None
+    assert realtime_refusal(BrokerNeeds(True, ("f",)), off) == (
         "a per-visit cap (stream.realtime.caps is off); Python filter(s) f (stream.realtime.python_filters is off)")
 
 
@@ -179,11 +182,11 @@ def test_auto_picks_realtime_for_the_repository_filters_and_brokers():
     needs = needs_from_files(root / "filters", root / "conf" / "brokers.yaml")
     cfg = Config.load()
     cfg.set("stream.trigger", "auto")
-    triggers, why = settle_triggers(cfg, False, needs, local_master=True)
+    triggers, why = settle_triggers(cfg, False, needs)
     assert triggers.delivery == "realtime", why
     assert why == "trigger auto -> realtime: Real-time Mode serves every broker (SQL and Python filters, caps)"
     cfg.set("stream.realtime.python_filters", False)
-    triggers, why = settle_triggers(cfg, False, needs, local_master=True)
+    triggers, why = settle_triggers(cfg, False, needs)
     assert triggers.delivery == "0s" and why.startswith("trigger auto -> 0: broker(s) ") and "stream.realtime" in why
 
 

@@ -92,16 +92,14 @@ def test_real_time_mode_leaves_brokers_to_micro_batches_by_one_rule(cfg):
     assert run.realtime and run.micro_batches
     assert run.batch_brokers == (("capped", "a per-visit cap (stream.realtime.caps is off)"),)
     cluster, _ = settle_run(cfg, "night", "delivery", False, "spark://127.0.0.1:7077")
-    assert [name for name, _ in cluster.batch_brokers] == ["python", "capped"]
-    assert dict(cluster.batch_brokers)["python"] == "Python filter(s) positive (the filter workers need a local master)"
+    assert [name for name, _ in cluster.batch_brokers] == ["capped"], "the same rule on a cluster"
 
 
 def test_the_one_rule_names_every_reason():
     on = Config.load(ROOT / "conf" / "local.yaml").stream.realtime
-    assert realtime_refusal(BrokerNeeds(False), on, local_master=False) is None
-    assert realtime_refusal(BrokerNeeds(False, watch=True), on, local_master=False) == (
-        "watchlists or watchmaps (the filter workers need a local master)")
-    assert realtime_refusal(BrokerNeeds(True, ("a", "b"), True), on, local_master=True) is None
+    assert realtime_refusal(BrokerNeeds(False), on) is None
+    assert realtime_refusal(BrokerNeeds(True, ("a",), watch=True), on) is None, \
+        "on every master: workers beside each executor, caps asked of the driver"
 
 
 def test_a_cluster_master_found_under_spark_submit_settles_the_run_again(cfg):

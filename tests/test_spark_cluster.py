@@ -21,10 +21,9 @@ import yaml
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, stream_args
+from conftest import ROOT, standalone_cluster, stream_args
 from skyfilter.core.delivery import read_topic
 from skyfilter.core.processes import free_port
-from skyfilter.core.spark_cluster import SparkStandalone
 from skyfilter.core.status import status_screen
 from skyfilter.jobs.filter_stream import run
 from skyfilter.producers.command import ProduceOptions, produce
@@ -60,15 +59,8 @@ def _table(spark, path):
 
 @pytest.fixture()
 def standalone(kafka_cfg, tmp_path):
-    cfg = kafka_cfg.copy()
-    cfg.set("state_dir", str(tmp_path / "cluster-state"))
-    cfg.set("spark_cluster.master_port", free_port(17077))
-    cfg.set("spark_cluster.master_webui_port", free_port(18080))
-    cluster = SparkStandalone(cfg, workers=2)
-    cluster.start()
-    yield cluster
-    stopped = cluster.stop()
-    assert len(stopped) == 3, "the master and both workers were stopped by pid"
+    with standalone_cluster(kafka_cfg, tmp_path) as cluster:
+        yield cluster
 
 
 def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafka_cfg, spark, tmp_path, standalone):

@@ -6,6 +6,7 @@ probe that fails shows the function, the Spark version and why skyfilter needs i
 
 from __future__ import annotations
 
+import socket
 import uuid
 
 import pytest
@@ -148,6 +149,17 @@ def probe_visit_cap_functions(spark, tmp_path):
                                             "alert_id", F.lit(3)).alias("kept")).collect()
     assert sum(row.kept for row in admitted) == 3
     assert internals.visit_cap_counts(spark, "probe") == [("n", 7, "b", 5, 3)]
+    # What an executor's task asks the driver over TCP: the same answers, and a new alert refused at the cap.
+    address = internals.serve_visit_caps(spark, "probe", "127.0.0.1")
+    host_port, token = address.split("@")[1].split("/")
+    requests = "".join(f"probe\tb\tn\t7\t{alert}\t3\n" for alert in ("0", "1", "2", "3", "4", "9"))
+    with socket.create_connection((host_port.split(":")[0], int(host_port.split(":")[1])), timeout=10) as task:
+        task.sendall(f"{token}\n{requests}else\tb\tn\t7\t0\t3\n".encode())
+        reader = task.makefile()
+        replies = [reader.readline() for _ in range(7)]
+    assert replies[:5] == [("1\n" if row.kept else "0\n") for row in admitted] and replies[5] == "0\n"
+    assert replies[6].startswith("eno open visit cap ledger 'else'")
+    assert internals.visit_cap_counts(spark, "probe") == [("n", 7, "b", 1, 0)]
     internals.close_visit_caps(spark, "probe")
     assert internals.open_visit_caps(spark, "probe", ledger, 48) == 3  # read back from its file
     internals.close_visit_caps(spark, "probe")
@@ -160,6 +172,12 @@ def probe_python_filter_functions(spark):
     assert "skyfilter_python_filters" in [f.name for f in spark.catalog.listFunctions() if f.name.startswith("sky")]
     schema = pa.ipc.read_schema(pa.py_buffer(internals.arrow_schema_of(_frame(spark).schema)))
     assert [(f.name, str(f.type)) for f in schema] == [("alert_id", "int64"), ("band", "string"), ("snr", "double")]
+
+
+def probe_submitted_master(spark, monkeypatch):
+    assert internals.submitted_master() is None, "not under spark-submit"
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # this session's gateway is open already: the JVM answers
+    assert internals.submitted_master() == spark.sparkContext.master
 
 
 def probe_read_marks(spark):
@@ -231,13 +249,13 @@ PROBES = {
     "write_checkpoint_files": probe_write_checkpoint_files, "jvm_steps": probe_jvm_steps,
     "apply_jvm_steps": probe_apply_jvm_steps,
     "register_jvm_function": probe_jvm_functions, "open_visit_caps": probe_visit_cap_functions,
-    "visit_cap_counts": probe_visit_cap_functions,
+    "visit_cap_counts": probe_visit_cap_functions, "serve_visit_caps": probe_visit_cap_functions,
     "close_visit_caps": probe_visit_cap_functions,
     "arrow_schema_of": probe_python_filter_functions,
     "PlanTemplate.of": probe_template, "PlanTemplate.apply": probe_template,
     "pass_stop_signals_to": probe_pass_stop_signals_to, "announce_query_stop": probe_announce_query_stop,
     "task_conf_state": probe_task_conf_state,
-    "read_marks": probe_read_marks,
+    "read_marks": probe_read_marks, "submitted_master": probe_submitted_master,
 }
 
 
@@ -248,8 +266,8 @@ def test_every_private_call_has_a_probe_and_a_reason():
 
 @pytest.mark.parametrize("probe", sorted(set(PROBES.values()), key=lambda p: p.__name__),
                          ids=lambda p: p.__name__[len("probe_"):])
-def test_each_private_call_works_on_the_pinned_spark(spark, tmp_path, probe):
-    arguments = {"spark": spark, "tmp_path": tmp_path}
+def test_each_private_call_works_on_the_pinned_spark(spark, tmp_path, monkeypatch, probe):
+    arguments = {"spark": spark, "tmp_path": tmp_path, "monkeypatch": monkeypatch}
     probe(*[arguments[name] for name in probe.__code__.co_varnames[:probe.__code__.co_argcount]])
 
 

@@ -8,20 +8,21 @@ latency.  PySpark 4.2 starts it with the public ``trigger(realTime=...)``.
 It serves every broker:
 
 * SQL filters run in the tasks' compiled code;
-* Python filters run in the stream's filter workers, called alert by alert by
-  the tasks' own code (``skyfilter/filtering/filter_workers.py``): Spark's pandas
-  UDFs would hold every answer until the checkpoint in Real-time Mode.  A
+* Python filters, and watchlist and watchmap matching, run in filter workers
+  beside the JVM that runs each task (the driver on a local master, every
+  executor on a cluster), called alert by alert by the tasks' own code
+  (``skyfilter/filtering/filter_workers.py``): Spark's pandas UDFs would hold
+  every answer until the checkpoint in Real-time Mode.  A
   filter that raises, hangs or returns the wrong length is off at once in the
   worker where it failed, heard by the driver through the delivery log
   (``skyfilter/filtering/filter_errors.py``) and quarantined; the query restarts
   without it at its next checkpoint, so nothing is sent twice;
 * per-visit caps are decided by the stream's visit cap ledger
   (``skyfilter/spark/jvm/VisitCapLedger.java``): the first matches of a visit
-  to arrive, across partitions and restarts.
+  to arrive, across partitions, executors and restarts.
 
-The ledger lives in the driver's JVM and the filter workers on its machine, so
-on a cluster master capped brokers and Python filters go in micro-batches
-beside the query.
+The ledger lives in the driver's JVM; on a cluster the executors' tasks ask it
+over TCP (``VisitCapLedger.serve``), one round trip per capped match.
 
 ``stream.realtime.python_filters`` and ``stream.realtime.caps`` (both on by
 default) send those brokers to micro-batches instead.  The split is printed
@@ -35,6 +36,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -53,7 +55,7 @@ from skyfilter.delivery.realtime_split import broker_refusal
 from skyfilter.filtering.filter_errors import KIND as FILTER_ERROR_KIND
 from skyfilter.filtering.filter_errors import FilterErrorWatch, error_record
 from skyfilter.filtering.filter_eval import FilterSet, worker_filter_set
-from skyfilter.filtering.filter_workers import FilterWorkers
+from skyfilter.filtering.filter_workers import filter_set, watch_set
 from skyfilter.filtering.input_schemas import NEW_SCHEMA_ERROR
 from skyfilter.filtering.watch_columns import template_columns, used_by
 from skyfilter.lanes.delivery_log import RESTORE_HOURS, SummaryWriter
@@ -68,6 +70,7 @@ from skyfilter.spark.internals import (
     close_visit_caps,
     open_visit_caps,
     register_jvm_function,
+    serve_visit_caps,
     visit_cap_counts,
 )
 from skyfilter.spark.steps import apply_steps
@@ -95,9 +98,7 @@ class RealtimeLane(Lane):
         self.served: tuple = ()
         self.ledger: str | None = None  # the visit cap ledger open for the query (None: no capped broker)
         self.errors: FilterErrorWatch | None = None
-        # worker processes, started on first use: one for the Python filters, one for watchlists and watchmaps
-        # (apart, so that the two run side by side rather than queue in one process)
-        self.workers: dict[str, FilterWorkers] = {}
+        self.run_id = uuid.uuid4().hex  # names this run's filter sets in the workers, which outlive it
         self.restart_at_checkpoint = False  # a quarantine waits for the next checkpoint to restart the query
         self.checkpoint_passed = threading.Event()
         self.listener = _ProgressListener(self)
@@ -107,7 +108,7 @@ class RealtimeLane(Lane):
         """The brokers this lane delivers to under ``plan`` (by default the plan its query runs)."""
         plan = plan or self.plan
         return [b for b in plan.brokers
-                if b.enabled_filters and broker_refusal(b, plan, self.cfg.stream.realtime, self.local_master) is None]
+                if b.enabled_filters and broker_refusal(b, plan, self.cfg.stream.realtime) is None]
 
     def signature(self, plan: StreamPlan) -> tuple:
         """What a query of ``plan`` is built from: input schemas, brokers, their filters and the filters' files."""
@@ -156,7 +157,8 @@ class RealtimeLane(Lane):
         if capped:
             open_visit_caps(self.spark, ledger, str(self._ledger_file(WARM_UP_LEDGER)), 0)
         try:
-            self._rows(probe, ledger, observed=False).write.format("noop").mode("overwrite").save()
+            self._rows(probe, self._ledger_address(ledger), observed=False).write.format("noop").mode(
+                "overwrite").save()
         finally:
             if capped:
                 close_visit_caps(self.spark, ledger)
@@ -164,26 +166,22 @@ class RealtimeLane(Lane):
         self.log(f"realtime: warmed up on {alerts} probe alerts in {time.monotonic() - began:.1f} s")
 
     def _filter_set(self, filters: list[FilterSpec]) -> FilterSet | None:
-        """The filter workers' set of these filters' Python ones (the workers started on first use)."""
+        """The set of these filters' Python ones, for the filter workers of the JVMs that run the query's tasks."""
         python = [spec for spec in filters if spec.kind == "python"]
         if not python:
             return None
         template = self.plan.decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)) \
             .withColumns(template_columns(self.plan.watch))
-        return self._workers("filters").publish(*worker_filter_set(python, template),
-                                                self.plan.filter_time_budget_s)
+        register_jvm_function(self.spark, "PythonFilterCall")
+        return filter_set(*worker_filter_set(python, template), self.plan.filter_time_budget_s, self.run_id)
 
     def _watch_set(self, filters: list[FilterSpec]) -> FilterSet | None:
-        """The watch workers' set of the watchlists and watchmaps these filters use."""
+        """The set of the watchlists and watchmaps these filters use, for the watch workers."""
         versions = self.plan.watch.chosen(used_by(filters))
-        return self._workers("watch").publish_watch([v.for_workers() for v in versions]) if versions else None
-
-    def _workers(self, role: str) -> FilterWorkers:
-        """The stream's worker process for ``role`` (``filters`` or ``watch``), started on first use."""
-        if role not in self.workers:
-            self.workers[role] = FilterWorkers(self.log).start()
-            register_jvm_function(self.spark, "PythonFilterCall")
-        return self.workers[role]
+        if not versions:
+            return None
+        register_jvm_function(self.spark, "PythonFilterCall")
+        return watch_set([v.for_workers() for v in versions], self.run_id)
 
     def _ledger_file(self, suffix: str = "") -> Path:
         return self.cfg.run_dir / f"filter_stream.{self.plan.name}.visit-caps{suffix}.ledger"
@@ -197,7 +195,7 @@ class RealtimeLane(Lane):
         if python and self.errors is None and self.monitor.follower is not None:
             self.errors = FilterErrorWatch()
             self.monitor.follower.on(FILTER_ERROR_KIND, self.errors.heard)
-        rows = self._rows(self.source, self.ledger or "")
+        rows = self._rows(self.source, self._ledger_address(self.ledger) if self.ledger else "")
         self.query = (rows.writeStream.format("kafka").options(**self.kafka_options)
                       .queryName(f"skyfilter_{LANE}_{self.plan.name}")
                       .option("checkpointLocation", str(self.plan.lane_checkpoint(LANE))).outputMode("update")
@@ -213,6 +211,13 @@ class RealtimeLane(Lane):
             admitted = open_visit_caps(self.spark, self.ledger, str(self._ledger_file()), RESTORE_HOURS)
             self.log(f"realtime: visit caps from the ledger {self._ledger_file()} ({admitted} admission(s) of the "
                      f"last {RESTORE_HOURS} h read back)")
+
+    def _ledger_address(self, ledger: str) -> str:
+        """The ledger as the query's tasks reach it: by name in the driver's JVM on a local master, else over TCP
+        from the executors (the driver serves it at ``spark.driver.host``)."""
+        if self.local_master:
+            return ledger
+        return serve_visit_caps(self.spark, ledger, self.spark.conf.get("spark.driver.host"))
 
     def pass_first_boundary(self, timeout_s: float = 120.0) -> None:
         """Before the night: run the query through one shortest batch and the boundary after it, then stop it.
@@ -364,9 +369,6 @@ class RealtimeLane(Lane):
         if self.ledger is not None:
             close_visit_caps(self.spark, self.ledger)
             self.ledger = None
-        for workers in self.workers.values():
-            workers.close()
-        self.workers = {}
 
 
 def _python(filters: list) -> bool:

@@ -12,17 +12,16 @@ from skyfilter.plan.run_plan import BrokerNeeds, realtime_refusal
 from skyfilter.plan.stream_plan import StreamPlan
 
 
-def broker_refusal(broker: BrokerSpec, plan: StreamPlan, settings: Realtime, local_master: bool = True
-                   ) -> str | None:
+def broker_refusal(broker: BrokerSpec, plan: StreamPlan, settings: Realtime) -> str | None:
     """Why a broker is not delivered in Real-time Mode under ``plan`` (None when it is): the rule of
     :func:`~skyfilter.plan.run_plan.realtime_refusal` on the filters that work."""
-    return realtime_refusal(BrokerNeeds.in_plan(broker, plan.filters), settings, local_master)
+    return realtime_refusal(BrokerNeeds.in_plan(broker, plan.filters), settings)
 
 
-def split_line(plan: StreamPlan, settings: Realtime, local_master: bool = True) -> str:
+def split_line(plan: StreamPlan, settings: Realtime) -> str:
     """One line saying which brokers go in Real-time Mode and which in micro-batches, and why."""
     live = [b for b in plan.brokers if b.enabled_filters]
-    reasons = {b.name: broker_refusal(b, plan, settings, local_master) for b in live}
+    reasons = {b.name: broker_refusal(b, plan, settings) for b in live}
     fast = [b.name for b in live if reasons[b.name] is None]
     slow = [f"{name} ({why})" for name, why in reasons.items() if why is not None]
     line = f"realtime: {len(fast)} of {len(live)} broker(s) in Real-time Mode" + (f": {', '.join(fast)}" if fast

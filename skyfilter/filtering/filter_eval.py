@@ -217,11 +217,17 @@ def add_filter_columns(frame: DataFrame, specs: list[FilterSpec], accepted: Colu
 
 @dataclass(frozen=True)
 class FilterSet:
-    """Where a Real-time query finds its Python filters: the filter workers' socket and the id of its filter set
-    (``skyfilter/filtering/filter_workers.py``)."""
+    """What a Real-time query hands the Python filter workers of the JVM running each task: the worker's role
+    (``filters`` or ``watch``), the set's id and its content (``skyfilter/filtering/filter_workers.py``)."""
 
-    socket: str
+    role: str
     set_id: str
+    content: str
+
+    def call(self, row: Column) -> Column:
+        """The workers' answer for each alert's ``row`` (JSON)."""
+        return F.call_function(PYTHON_FILTER_FUNCTION, F.lit(self.role), F.lit(self.set_id), F.lit(self.content),
+                               row)
 
 
 def worker_answer_column(specs: list[FilterSpec], accepted: Column, workers: FilterSet) -> Column:
@@ -230,7 +236,7 @@ def worker_answer_column(specs: list[FilterSpec], accepted: Column, workers: Fil
     columns = list(dict.fromkeys(c for spec in specs for c in spec.columns))
     row = F.to_json(F.struct(F.col("alert_id").alias("alert_id"),
                              *[F.col(c).alias(f"c{i}") for i, c in enumerate(columns)]))
-    return F.when(accepted, F.call_function(PYTHON_FILTER_FUNCTION, F.lit(workers.socket), F.lit(workers.set_id), row))
+    return F.when(accepted, workers.call(row))
 
 
 def worker_verdicts_column(specs: list[FilterSpec]) -> Column:

@@ -7,11 +7,13 @@ UDF's rows all left at the batch end, whatever ``maxRecordsPerBatch`` and
 ``spark.buffer.size``; docs/performance.md).  So the Real-time query calls its
 Python filters itself: ``PythonFilterCall.java`` sends each alert's filter
 columns, as JSON, to a worker process over a Unix socket and waits for the
-verdicts, in the task's own code.
+verdicts, in the task's own code.  The worker runs beside whichever JVM runs
+the task (the driver on a local master, each executor on a cluster): that JVM
+starts it on first use (``FilterWorker.java``), and again if it dies.
 
-* :class:`FilterWorkers` (driver): starts ``python -m skyfilter.filtering.filter_workers``,
-  which every task thread connects to, and writes each set of filters the
-  query uses to a file named by its id;
+* :func:`filter_set` and :func:`watch_set` (driver): what the query hands the
+  workers, a set's id and content, carried in the query itself (no file has to
+  reach the executors);
 * :func:`serve` and :func:`answer_all` (the worker process): the verdicts of
   the alerts waiting together (one per busy task: one at a time when alerts
   trickle in, as many as there are tasks in a visit's burst), each filter
@@ -24,19 +26,15 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import ctypes
 import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,59 +47,35 @@ FRAME = struct.Struct(">i")
 LINGER_S = 0.003
 
 
-class FilterWorkers:
-    """The filter workers of one stream job: a server process and the filter sets it serves."""
+FILTERS_ROLE, WATCH_ROLE = "filters", "watch"  # one worker each per JVM: the two run side by side, not in one queue
 
-    def __init__(self, log=print):
-        self.log = log
-        self.folder = Path(tempfile.mkdtemp(prefix="skyfilter-workers-"))  # short: a socket path has 107 bytes
-        self.socket = str(self.folder / "workers.sock")
-        self.process: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 60.0) -> FilterWorkers:
-        """Start the server; returns once it listens."""
-        self.process = subprocess.Popen([sys.executable, "-m", "skyfilter.filtering.filter_workers", "--socket",
-                                         self.socket], preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + timeout_s
-        while not os.path.exists(self.socket):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Python filter workers did not start (exit code {self.process.poll()})")
-            time.sleep(0.05)
-        return self
+def filter_set(filters: list[dict], arrow_schema: bytes, budget_s: float, run: str) -> FilterSet:
+    """A set of Python filters (name, path, source, function, columns as positions) with the Arrow schema of their
+    columns, as the query hands it to the workers of whatever JVM runs its tasks; ``run``: the lane run it
+    belongs to (a worker outlives a run: a filter that failed in one is tried afresh in the next)."""
+    return _set(FILTERS_ROLE, json.dumps({"filters": filters, "schema": base64.b64encode(arrow_schema).decode(),
+                                          "budget_s": budget_s}, sort_keys=True), run)
 
-    def publish(self, filters: list[dict], arrow_schema: bytes, budget_s: float) -> FilterSet:
-        """Write a set of filters (name, path, source, function, columns as positions) with the Arrow schema of
-        their columns, for the workers to load when a request names it."""
-        return self._publish(json.dumps({"filters": filters, "schema": base64.b64encode(arrow_schema).decode(),
-                                         "budget_s": budget_s}, sort_keys=True))
 
-    def publish_watch(self, versions: list) -> FilterSet:
-        """Write a set of watchlist and watchmap versions (``skyfilter/core/crossmatch.py``'s ``WatchVersion``)
-        for the workers to match alert positions against: a request's row is ``{"ra": .., "dec": ..}``, the
-        reply the flat fields as JSON (``skyfilter/filtering/watch_columns.py``)."""
-        return self._publish(json.dumps({"watch": [dataclasses.asdict(v) for v in versions]}, sort_keys=True))
+def watch_set(versions: list, run: str) -> FilterSet:
+    """A set of watchlist and watchmap versions (``skyfilter/core/crossmatch.py``'s ``WatchVersion``) for the
+    workers to match alert positions against: a request's row is ``{"ra": .., "dec": ..}``, the reply the flat
+    fields as JSON (``skyfilter/filtering/watch_columns.py``).  Their files are read where the worker runs: on a
+    cluster, from storage every executor shares."""
+    return _set(WATCH_ROLE, json.dumps({"watch": [dataclasses.asdict(v) for v in versions]}, sort_keys=True), run)
 
-    def _publish(self, content: str) -> FilterSet:
-        set_id = hashlib.sha256(content.encode()).hexdigest()[:16]
-        path = self.folder / f"{set_id}.json"
-        if not path.exists():
-            partial = path.with_suffix(".partial")
-            partial.write_text(content)
-            partial.rename(path)
-        return FilterSet(self.socket, set_id)
 
-    def close(self) -> None:
-        """Stop the server and its workers (they exit when their connection or the server goes)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(10)
-        shutil.rmtree(self.folder, ignore_errors=True)
+def _set(role: str, content: str, run: str) -> FilterSet:
+    return FilterSet(role, hashlib.sha256(f"{run}\n{content}".encode()).hexdigest()[:16], content)
 
 
 def _die_with_parent() -> None:
+    """End with the JVM that started this worker (a killed executor leaves no worker behind)."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() == 1:  # the JVM died before the line above
+            sys.exit(0)
 
 
 # ----------------------------------------------------------------------------------------------- the workers
@@ -322,8 +296,10 @@ def _requests(buffer: bytearray) -> list[bytes]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Python filter workers of a Real-time Mode query (started by "
-                                                 "the stream job; not run by hand).")
+                                                 "skyfilter's SQL function in the JVM that runs the query's tasks; "
+                                                 "not run by hand).")
     parser.add_argument("--socket", required=True, help="Unix socket to listen on")
+    _die_with_parent()
     serve(parser.parse_args(argv).socket)
     return 0
 

@@ -159,11 +159,8 @@ def watch_steps(versions: tuple[StoredVersion, ...], ra: str, dec: str, accepted
         flat = [with_columns({_FLAT: watch_udf(tuple(v.for_workers() for v in versions), result)(accepted,
                                                                                                    *position)})]
     else:
-        from skyfilter.filtering.filter_eval import PYTHON_FILTER_FUNCTION
-
         row = F.to_json(F.struct(position[0].alias("ra"), position[1].alias("dec")))
-        flat = [with_columns({_ANSWER: F.when(accepted, F.call_function(
-                    PYTHON_FILTER_FUNCTION, F.lit(workers.socket), F.lit(workers.set_id), row))}),
+        flat = [with_columns({_ANSWER: F.when(accepted, workers.call(row))}),
                 with_columns({_FLAT: F.from_json(F.col(_ANSWER), result)}), drop(_ANSWER)]
     structured = {}
     for kind in KINDS:

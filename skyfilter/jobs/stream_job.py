@@ -142,7 +142,7 @@ class StreamJob:
         settings = cfg.stream.realtime
         if realtime:
             self._check_slots()
-            self.log(split_line(plan, settings, local_master))
+            self.log(split_line(plan, settings))
             self.realtime = RealtimeLane(self.services, self._source(LaneName.REALTIME),
                                          self.triggers.realtime_interval, self.summaries, quarantine, local_master)
             watch_realtime_reads(self.spark, self.cfg, self.monitor, self.plan, self.triggers.realtime_interval,
@@ -151,7 +151,7 @@ class StreamJob:
                 self.realtime.warm_up()
                 self.realtime.pass_first_boundary()
                 self.queries[LaneName.REALTIME] = self.realtime.start()
-        needs_batches = not realtime or any(broker_refusal(b, plan, settings, local_master)
+        needs_batches = not realtime or any(broker_refusal(b, plan, settings)
                                             for b in plan.brokers if b.enabled_filters)
         if not needs_batches:
             return
@@ -161,7 +161,7 @@ class StreamJob:
         label = "0s" if realtime else self.triggers.delivery
         self.delivery = DeliveryLane(
             self.services, label, self.summaries, caps,
-            serves=(lambda broker, now: broker_refusal(broker, now, settings, local_master) is not None)
+            serves=(lambda broker, now: broker_refusal(broker, now, settings) is not None)
             if realtime else (lambda broker, now: True),
             dead_letters=not realtime, quarantine=quarantine, reloader=self.reloader,
             tasks=delivery_tasks(cfg, int(self.spark.sparkContext.defaultParallelism), self.slots))

@@ -51,20 +51,15 @@ class BrokerNeeds:
                    tuple(f for f in broker.enabled_filters if f in python), bool(broker.watch_matches))
 
 
-def realtime_refusal(needs: BrokerNeeds, settings: Realtime, local_master: bool) -> str | None:
-    """Why a broker with these needs is not served in Real-time Mode, or None: the one rule."""
+def realtime_refusal(needs: BrokerNeeds, settings: Realtime) -> str | None:
+    """Why a broker with these needs is not served in Real-time Mode, or None: the one rule (the same on every
+    master: filter workers run beside each executor, caps are asked of the driver's ledger)."""
     reasons = []
-    if needs.watch and not local_master:
-        reasons.append("watchlists or watchmaps (the filter workers need a local master)")
     if needs.capped and not settings.caps:
         reasons.append("a per-visit cap (stream.realtime.caps is off)")
-    elif needs.capped and not local_master:
-        reasons.append("a per-visit cap (the visit cap ledger needs a local master)")
     python = ", ".join(needs.python)
     if python and not settings.python_filters:
         reasons.append(f"Python filter(s) {python} (stream.realtime.python_filters is off)")
-    elif python and not local_master:
-        reasons.append(f"Python filter(s) {python} (the filter workers need a local master)")
     return "; ".join(reasons) or None
 
 
@@ -112,8 +107,7 @@ class RunPlan:
         return LaneName.ARCHIVE in self.lanes and not self.archive_apart
 
 
-def settle_triggers(cfg: Config, available_now: bool, needs: dict[str, BrokerNeeds], local_master: bool
-                    ) -> tuple[Triggers, str]:
+def settle_triggers(cfg: Config, available_now: bool, needs: dict[str, BrokerNeeds]) -> tuple[Triggers, str]:
     """Each lane's trigger, and for ``--trigger auto`` the line saying what it chose (checked here, so a typo is
     one line before Spark starts)."""
     if available_now:
@@ -121,7 +115,7 @@ def settle_triggers(cfg: Config, available_now: bool, needs: dict[str, BrokerNee
     delivery, why = cfg.stream.trigger.strip().lower(), ""
     if delivery == "auto":
         misfits = [name for name, need in needs.items()
-                   if realtime_refusal(need, cfg.stream.realtime, local_master) is not None]
+                   if realtime_refusal(need, cfg.stream.realtime) is not None]
         delivery = "0" if misfits else REALTIME
         why = (f"trigger auto -> {delivery}: " + (f"broker(s) {', '.join(misfits)} need micro-batches "
                f"(stream.realtime settings): micro-batches back to back" if misfits else
@@ -174,14 +168,14 @@ def settle_run(cfg: Config, name: str, lane_choice: str, available_now: bool, ma
     # only Real-time Mode (asked for, or maybe chosen by auto) needs each broker's needs read from the files
     wanted = not available_now and cfg.stream.trigger.strip().lower() in ("auto", REALTIME)
     needs = needs_from_files(cfg.path("stream.filters_dir"), cfg.path("stream.brokers")) if wanted else {}
-    triggers, why = settle_triggers(cfg, available_now, needs, local)
+    triggers, why = settle_triggers(cfg, available_now, needs)
     lanes = LANE_CHOICES[lane_choice]
     run = RunPlan(name, cfg.topics.alerts, lanes, archive_apart(cfg, lanes, available_now, local), triggers,
                   Slots(0, 0, 0, 0), master, archive_writer=writer)
     if run.realtime:
         run = replace(run, batch_brokers=tuple(
             (broker, reason) for broker, need in needs.items()
-            if (reason := realtime_refusal(need, cfg.stream.realtime, local)) is not None))
+            if (reason := realtime_refusal(need, cfg.stream.realtime)) is not None))
     return run, "\n".join(line for line in (why, why_spark) if line)
 
 

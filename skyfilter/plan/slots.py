@@ -54,7 +54,9 @@ def configured_master() -> str:
     """The master of Spark's defaults (``conf/spark-defaults.conf``; ``--master`` under spark-submit)."""
     from pyspark import SparkConf
 
-    return SparkConf().get("spark.master", "local[2]")
+    from skyfilter.spark.internals import submitted_master
+
+    return submitted_master() or SparkConf().get("spark.master", "local[2]")
 
 
 def plan_slots(cfg: Config, cores: int, realtime_partitions: int, micro_batches: bool, archive: bool) -> Slots:

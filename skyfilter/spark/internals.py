@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +153,19 @@ def register_jvm_function(spark: SparkSession, java_class: str) -> None:
     getattr(_jvm(spark).skyfilter, java_class).register(spark._jsparkSession)
 
 
+@internal("spark-submit hands --master to its own JVM only; pyspark reads the JVM's settings once its gateway is "
+          "open, which SparkContext._ensure_initialized does without creating a context (the job must settle its "
+          "run, and so its session's settings, before the context exists)")
+def submitted_master() -> str | None:
+    """The master spark-submit was started with (None when this process was not started by spark-submit)."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return SparkConf().get("spark.master", None)
+
+
 # ----------------------------------------------------------------------------------------------- caps
 
 
@@ -160,6 +174,13 @@ def open_visit_caps(spark: SparkSession, ledger: str, path: str, keep_hours: flo
     """Open the stream's ledger, kept in the file ``path`` (admissions younger than ``keep_hours``); the number of
     admissions read back from the file."""
     return _jvm(spark).skyfilter.VisitCapLedger.open(ledger, path, float(keep_hours))
+
+
+@internal("Real-time Mode has no stateful operator: the caps' ledger is skyfilter's own JVM class, reached by py4j")
+def serve_visit_caps(spark: SparkSession, ledger: str, host: str) -> str:
+    """Serve the driver's open ledgers to executors over TCP (one server per driver JVM); the address of
+    ``ledger`` as tasks on other machines reach it at ``host`` (the SQL function's first argument)."""
+    return str(_jvm(spark).skyfilter.VisitCapLedger.serve(ledger, host))
 
 
 @internal("Real-time Mode has no stateful operator: the caps' ledger is skyfilter's own JVM class, reached by py4j")

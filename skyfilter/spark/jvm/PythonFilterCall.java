@@ -9,33 +9,46 @@ import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.api.java.UDF3;
+import org.apache.spark.sql.api.java.UDF4;
 import org.apache.spark.sql.expressions.UserDefinedFunction;
 import org.apache.spark.sql.functions;
 import org.apache.spark.sql.types.DataTypes;
 
 /**
- * Python filters of a Real-time Mode query, called alert by alert.
+ * Python filters (and watchlist matching) of a Real-time Mode query, called alert by alert.
  *
  * <p>Spark's Python operators exchange rows with their Python worker in batches and read its
  * answers only while their input lasts, so in Real-time Mode, whose input never ends before
  * the checkpoint, a pandas UDF's answers wait for the checkpoint.  This SQL function instead
- * sends one alert (the filters' columns as JSON) to a filter worker of the stream
- * ({@code skyfilter/filtering/filter_workers.py}) over a Unix socket and waits for its verdicts,
- * inside the task's own code.  Each task thread keeps its own connection; the worker answers the
- * requests that wait together (a visit's burst keeps every task busy) with one call per filter.
+ * sends one alert (the filters' columns as JSON) to a filter worker of its own JVM
+ * ({@link FilterWorker}, {@code skyfilter/filtering/filter_workers.py}) over a Unix socket and
+ * waits for its verdicts, inside the task's own code.  It runs wherever the task runs (the
+ * driver on a local master, each executor on a cluster); each task thread keeps its own
+ * connection; the worker answers the requests that wait together with one call per filter.
  *
- * <p>{@value #FUNCTION}(socket, filter_set, row_json) returns the worker's answer: one character
- * per filter ({@code 1} match, {@code 0} no match, {@code n} no verdict), then, when a filter
- * failed on this alert, a line break and the failures as JSON.
+ * <p>{@value #FUNCTION}(role, set_id, set_json, row_json) returns the worker's answer: one
+ * character per filter ({@code 1} match, {@code 0} no match, {@code n} no verdict), then, when
+ * a filter failed on this alert, a line break and the failures as JSON.  A worker that cannot
+ * start answers "no verdict" for each filter of the set, with the reason as every filter's
+ * failure, once per set (the stream quarantines them; the other filters go on); a watch set's
+ * worker that cannot start fails the task.
  */
-public final class PythonFilterCall implements UDF3<String, String, String, String> {
+public final class PythonFilterCall implements UDF4<String, String, String, String, String> {
 
     public static final String FUNCTION = "skyfilter_python_filters";
     private static final long serialVersionUID = 1L;
     private static final ThreadLocal<Map<String, SocketChannel>> CONNECTIONS = ThreadLocal.withInitial(HashMap::new);
+    private static final Map<String, FilterWorker> WORKERS = new ConcurrentHashMap<>();
+    private static final Set<String> REPORTED = ConcurrentHashMap.newKeySet();  // sets told their worker is down
+    private static final ObjectMapper JSON = new ObjectMapper();
 
     /** Register {@value #FUNCTION} in a session (non-deterministic: called once per row, never folded). */
     public static void register(SparkSession spark) {
@@ -43,23 +56,79 @@ public final class PythonFilterCall implements UDF3<String, String, String, Stri
         spark.udf().register(FUNCTION, udf);
     }
 
+    /** This JVM's worker process for {@code role} (-1: none running), for tests. */
+    public static long workerPid(String role) {
+        FilterWorker worker = WORKERS.get(role);
+        return worker == null ? -1 : worker.pid();
+    }
+
+    /** How many times this JVM started its worker for {@code role}, for tests. */
+    public static long workerStarts(String role) {
+        FilterWorker worker = WORKERS.get(role);
+        return worker == null ? 0 : worker.starts();
+    }
+
+    /** Stop this JVM's workers (a driver's, when its session ends; executors' end with them). */
+    public static void stopWorkers() {
+        WORKERS.values().forEach(FilterWorker::stop);
+    }
+
     @Override
-    public String call(String socket, String filterSet, String row) {
+    public String call(String role, String setId, String content, String row) {
         if (row == null) {
             return null;
         }
-        byte[] request = (filterSet + "\n" + row).getBytes(StandardCharsets.UTF_8);
+        FilterWorker worker = WORKERS.computeIfAbsent(role, FilterWorker::new);
+        byte[] request = (setId + "\n" + row).getBytes(StandardCharsets.UTF_8);
+        String socket;
+        try {
+            socket = worker.socket();
+            worker.publish(setId, content);
+        } catch (IOException down) {
+            return unavailable(setId, content, row, down);
+        }
         try {
             return exchange(connection(socket), request);
         } catch (IOException first) {
-            close(socket);  // the worker went away (a restart of the filter workers): connect once more
+            close(socket);  // the worker went away (killed, or out of memory): start it again and ask once more
             try {
-                return exchange(connection(socket), request);
+                return exchange(connection(worker.socket()), request);
             } catch (IOException again) {
                 close(socket);
-                throw new UncheckedIOException("Python filter workers at " + socket + " do not answer", again);
+                throw new UncheckedIOException(FilterWorker.where() + ": the Python " + role + " worker at "
+                        + socket + " does not answer", again);
             }
         }
+    }
+
+    /** The answer while the worker cannot start: no verdicts, and (once per set) the reason for each filter. */
+    private static String unavailable(String setId, String content, String row, IOException down) {
+        JsonNode set;
+        try {
+            set = JSON.readTree(content);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+        if (!set.has("filters")) {
+            throw new UncheckedIOException(down);
+        }
+        String verdicts = "n".repeat(set.get("filters").size());
+        if (!REPORTED.add(setId)) {
+            return verdicts;
+        }
+        String sample;
+        try {
+            JsonNode alert = JSON.readTree(row).get("alert_id");
+            sample = alert == null || alert.isNull() ? null : alert.asText();
+        } catch (IOException e) {
+            sample = null;
+        }
+        ObjectNode failures = JSON.createObjectNode();
+        for (JsonNode filter : set.get("filters")) {
+            ObjectNode failure = failures.putObject(filter.get("name").asText());
+            failure.put("seconds", 0.0).put("error", down.getMessage()).put("sample", sample);
+        }
+        return verdicts + "\n" + failures;
     }
 
     private static SocketChannel connection(String socket) throws IOException {

@@ -1,8 +1,14 @@
 package skyfilter;
 
+import java.io.BufferedReader;
 import java.io.BufferedWriter;
 import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
 import java.io.UncheckedIOException;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -16,6 +22,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ThreadLocalRandom;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.api.java.UDF6;
@@ -34,6 +41,12 @@ import org.apache.spark.sql.types.DataTypes;
  * resend what they wrote since their last checkpoint) admits the same alerts again and never a
  * new one beyond the cap.  Asking again about an alert gives the same answer.
  *
+ * <p>On a cluster the tasks run in executors: the driver also serves its ledgers over TCP
+ * ({@link #serve}), and a task whose JVM does not hold the ledger asks the driver, one request per
+ * capped match on a connection each task thread keeps (the answer, as locally, is given after the
+ * admission is written).  The ledger's address is then {@code name@host:port/token}; a bare
+ * {@code name} is a ledger of the task's own JVM.
+ *
  * <p>The stream calls the SQL function {@value #FUNCTION}(ledger, broker, night, visit_id,
  * alert_id, cap); the driver opens the ledger first ({@link #open}) and reads the counts per
  * (night, visit, broker) at each checkpoint ({@link #drainCounts}).
@@ -44,6 +57,9 @@ public final class VisitCapLedger implements UDF6<String, String, String, Long, 
     private static final long serialVersionUID = 1L;
     private static final int RECENT_ENTRIES = 4096;  // (broker, visit)s whose refusals are remembered (figures only)
     private static final Map<String, Ledger> LEDGERS = new ConcurrentHashMap<>();
+    private static final ThreadLocal<Map<String, Remote>> REMOTES = ThreadLocal.withInitial(HashMap::new);
+    private static ServerSocket server;
+    private static String token;
 
     /** Register {@value #FUNCTION} in a session (non-deterministic: Spark calls it once per row and reference). */
     public static void register(SparkSession spark) {
@@ -75,14 +91,148 @@ public final class VisitCapLedger implements UDF6<String, String, String, Long, 
         return ledger == null ? "" : ledger.drainCounts();
     }
 
-    @Override
-    public Boolean call(String name, String broker, String night, Long visit, String alertId, Integer cap) {
-        Ledger ledger = LEDGERS.get(name);
-        if (ledger == null) {
-            throw new IllegalStateException("visit cap ledger '" + name + "' is not open in this JVM: Real-time "
-                    + "Mode serves capped brokers only on a local master (its tasks in the driver's JVM)");
+    /**
+     * Serve this JVM's ledgers to tasks in other JVMs (once per JVM: every later call returns the same
+     * endpoint); the address of ledger {@code name} as executors reach it at {@code host}.
+     */
+    public static synchronized String serve(String name, String host) throws IOException {
+        if (server == null) {
+            token = Long.toHexString(ThreadLocalRandom.current().nextLong());
+            server = new ServerSocket();
+            server.bind(new InetSocketAddress(0), 64);
+            Thread accepting = new Thread(VisitCapLedger::accept, "skyfilter-visit-cap-server");
+            accepting.setDaemon(true);
+            accepting.start();
         }
-        return ledger.admit(broker, night == null ? "" : night, visit == null ? "" : visit.toString(), alertId, cap);
+        return name + "@" + host + ":" + server.getLocalPort() + "/" + token;
+    }
+
+    @Override
+    public Boolean call(String address, String broker, String night, Long visit, String alertId, Integer cap) {
+        int at = address.indexOf('@');
+        String name = at < 0 ? address : address.substring(0, at);
+        String visitText = visit == null ? "" : visit.toString();
+        Ledger ledger = LEDGERS.get(name);
+        if (ledger != null) {
+            return ledger.admit(broker, night == null ? "" : night, visitText, alertId, cap);
+        }
+        if (at < 0) {
+            throw new IllegalStateException("visit cap ledger '" + name + "' is not open in this JVM and has no "
+                    + "address: the driver serves it to executors (VisitCapLedger.serve)");
+        }
+        String request = String.join("\t", name, broker, night == null ? "" : night, visitText, alertId,
+                String.valueOf(cap));
+        Map<String, Remote> open = REMOTES.get();
+        try {
+            return open.computeIfAbsent(address, Remote::new).ask(request);
+        } catch (IOException first) {
+            closeRemote(address);  // the connection broke (the driver's ledger server restarted): once more
+            try {
+                return open.computeIfAbsent(address, Remote::new).ask(request);
+            } catch (IOException again) {
+                closeRemote(address);
+                throw new UncheckedIOException("visit cap ledger at " + address.substring(at + 1)
+                        + " does not answer", again);
+            }
+        }
+    }
+
+    private static void closeRemote(String address) {
+        Remote remote = REMOTES.get().remove(address);
+        if (remote != null) {
+            remote.close();
+        }
+    }
+
+    private static void accept() {
+        while (true) {
+            try {
+                Socket connection = server.accept();
+                Thread answering = new Thread(() -> answer(connection), "skyfilter-visit-cap-connection");
+                answering.setDaemon(true);
+                answering.start();
+            } catch (IOException e) {
+                return;  // the server socket closed
+            }
+        }
+    }
+
+    /** Answer one task thread's requests: {@code token}, then lines of tab-separated arguments; 1, 0 or e<why>. */
+    private static void answer(Socket connection) {
+        try (connection;
+             BufferedReader in = new BufferedReader(new InputStreamReader(connection.getInputStream(),
+                     StandardCharsets.UTF_8));
+             BufferedWriter out = new BufferedWriter(new OutputStreamWriter(connection.getOutputStream(),
+                     StandardCharsets.UTF_8))) {
+            connection.setTcpNoDelay(true);
+            if (!token.equals(in.readLine())) {
+                return;
+            }
+            for (String line = in.readLine(); line != null; line = in.readLine()) {
+                String[] part = line.split("\t", -1);
+                Ledger ledger = part.length == 6 ? LEDGERS.get(part[0]) : null;
+                String reply;
+                if (ledger == null) {
+                    reply = "eno open visit cap ledger '" + part[0] + "' in the driver";
+                } else {
+                    try {
+                        reply = ledger.admit(part[1], part[2], part[3], part[4], Integer.parseInt(part[5])) ? "1"
+                                : "0";
+                    } catch (RuntimeException e) {
+                        reply = "e" + e.getMessage();
+                    }
+                }
+                out.write(reply.replace('\n', ' ') + "\n");
+                out.flush();
+            }
+        } catch (IOException e) {
+            // the task went away
+        }
+    }
+
+    /** A task thread's connection to the driver's ledger server. */
+    private static final class Remote {
+        private final Socket socket;
+        private final BufferedReader in;
+        private final BufferedWriter out;
+
+        Remote(String address) {
+            int at = address.indexOf('@');
+            int colon = address.lastIndexOf(':');
+            int slash = address.lastIndexOf('/');
+            try {
+                socket = new Socket(address.substring(at + 1, colon),
+                        Integer.parseInt(address.substring(colon + 1, slash)));
+                socket.setTcpNoDelay(true);
+                in = new BufferedReader(new InputStreamReader(socket.getInputStream(), StandardCharsets.UTF_8));
+                out = new BufferedWriter(new OutputStreamWriter(socket.getOutputStream(), StandardCharsets.UTF_8));
+                out.write(address.substring(slash + 1) + "\n");
+            } catch (IOException e) {
+                throw new UncheckedIOException("visit cap ledger at " + address.substring(at + 1)
+                        + " cannot be reached", e);
+            }
+        }
+
+        boolean ask(String request) throws IOException {
+            out.write(request + "\n");
+            out.flush();
+            String reply = in.readLine();
+            if (reply == null) {
+                throw new IOException("the driver closed the connection");
+            }
+            if (reply.startsWith("e")) {
+                throw new IllegalStateException("visit cap ledger: " + reply.substring(1));
+            }
+            return reply.equals("1");
+        }
+
+        void close() {
+            try {
+                socket.close();
+            } catch (IOException ignored) {
+                // already gone
+            }
+        }
     }
 
     /** One stream's admissions: in memory, and appended to its file. */

@@ -1,0 +1,155 @@
+"""Real-time Mode on a Spark standalone cluster: every broker of the mix on the executors, none in micro-batches.
+
+The job is started as an operator starts it on a cluster (``spark-submit --master
+spark://...``) with SQL filters, a Python filter, a per-visit cap and a
+watchlist subscription.  The Python filter and the watchlist run in filter
+workers that each executor starts beside itself; the capped broker's matches
+are admitted by the driver's visit cap ledger, which the executors ask over
+TCP.  Mid-night one executor's filter worker is killed with ``kill -9``: it is
+started again and the alerts it held are evaluated again.  Every broker topic
+must equal an independent evaluation of the produced alerts (the watchlist's by
+brute force), the capped one exactly its cap per visit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import psutil
+import pytest
+from test_realtime import LITE_SQL, PREDICATES
+from test_watchlists import expected_list, positions, watch_command, watchlist_rows, write_list
+
+from conftest import (
+    NEGATIVE_PY,
+    ROOT,
+    check_topic,
+    decode_messages,
+    expected_deliveries,
+    standalone_cluster,
+    stream_folder,
+)
+from skyfilter.core.avro_schemas import rubin_schema
+from skyfilter.core.delivery import read_topic
+from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.producers.command import ProduceOptions, produce
+
+TOPIC = "rtc.alerts"
+NIGHT, SEED, VISITS, PER_VISIT = "2026-11-24", 21, 4, 30  # test_watchlists' simulated night: known positions
+BROKERS = """
+max_alerts_per_visit: null
+brokers:
+  rtc_full:
+    filters: [bright]
+  rtc_lite:
+    filters: [snr10]
+    format: lite
+  rtc_capped:
+    filters: [bright]
+    max_alerts_per_visit: 3
+  rtc_python:
+    filters: [negative]
+    format: nocutouts
+  rtc_watch:
+    watchlists: [rtc_agn]
+    format: nocutouts
+"""
+WORKER_MODULE = "skyfilter.filtering.filter_workers"
+
+
+def executor_workers() -> dict[int, int]:
+    """Filter worker pid -> its parent's pid, for the workers whose parent is an executor JVM."""
+    found = {}
+    for process in psutil.process_iter(["pid", "ppid", "cmdline"]):
+        if WORKER_MODULE in " ".join(process.info["cmdline"] or []):
+            try:
+                parent = " ".join(psutil.Process(process.info["ppid"]).cmdline())
+            except psutil.Error:
+                continue
+            if "CoarseGrainedExecutorBackend" in parent:
+                found[process.info["pid"]] = process.info["ppid"]
+    return found
+
+
+@pytest.mark.slow
+def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_cfg, spark, tmp_path):
+    folder = stream_folder(tmp_path / "stream", {"bright.sql": "diaSource.snr > 20", "snr10.sql": LITE_SQL,
+                                                 "negative.py": NEGATIVE_PY}, BROKERS)
+    alerts = {}
+    for visit in range(VISITS):
+        alerts |= positions(visit, PER_VISIT)
+    listed_rows = watchlist_rows({i: alerts[i] for i in sorted(alerts)[::6]}, "agn")
+    write_list(folder / "agn.csv", listed_rows)
+    watch_command(kafka_cfg, "watchlist", "add", "rtc_agn", str(folder / "agn.csv"))
+    open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), same_alerts=True)
+
+    with standalone_cluster(kafka_cfg, tmp_path, worker_cores=2) as cluster:  # 4 slots: 3 partitions + 1
+        command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", cluster.master_url,
+                   str(ROOT / "pipelines" / "filter_stream.py"),
+                   "--topic", TOPIC, "--name", "rtc", "--filters-dir", str(folder / "filters"),
+                   "--brokers", str(folder / "brokers.yaml"), "--bootstrap", kafka_cfg.bootstrap_servers,
+                   "--state-dir", str(kafka_cfg.state_dir), "--trigger", "realtime", "--lane", "delivery",
+                   "--stop-when-idle", "20",
+                   "--set", "stream.realtime.checkpoint_interval=30s", "--set", "monitoring.port=null",
+                   "--set", "topics.alerts_partitions=3"]
+        job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                    "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"})
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(line.rstrip() for line in job.stdout), daemon=True).start()
+        try:
+            deadline = time.monotonic() + 300
+            while not any("running: " in line for line in lines):
+                assert job.poll() is None and time.monotonic() < deadline, "\n".join(lines[-30:])
+                time.sleep(0.5)
+            produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
+                                              stamps=True, seed=SEED, night=NIGHT, progress=False),
+                    log=lambda line: None)
+            deadline = time.monotonic() + 60
+            while not (workers := executor_workers()) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert workers, "no filter worker runs beside an executor:\n" + "\n".join(lines[-40:]) + "\n" + \
+                "\n".join(" ".join(p.info["cmdline"] or [])[:300] for p in psutil.process_iter(["cmdline"])
+                          if "filter_workers" in " ".join(p.info["cmdline"] or []))
+            killed = next(iter(workers))
+            os.kill(killed, signal.SIGKILL)  # one executor's worker, alone; the next alerts find it gone
+            produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
+                                              stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=3),
+                    log=lambda line: None)
+            after = executor_workers()
+            assert job.wait(timeout=300) == 0, "\n".join(lines[-40:])
+        finally:
+            if job.poll() is None:
+                job.kill()
+    text = "\n".join(lines)
+    (tmp_path / "job.log").write_text(text)
+    assert "5 of 5 broker(s) in Real-time Mode" in text and "micro-batches beside it" not in text, text[-3000:]
+    assert killed not in after and set(after.values()) & set(workers.values()), \
+        f"the killed worker's executor started another: before {workers}, after {after}"
+
+    inputs = read_topic(kafka_cfg, TOPIC)
+    records = {str(r["diaSourceId"]): r for r in decode_messages(inputs, rubin_schema("10.0"))}
+    assert set(records) == set(alerts) and len(inputs) == VISITS * PER_VISIT
+    by_id = {str(r["diaSourceId"]): m for r, m in zip(records.values(), inputs, strict=True)}
+    expected = expected_deliveries(records, {name: [(f, PREDICATES[f])] for name, f in (
+        ("rtc_full", "bright"), ("rtc_lite", "snr10"), ("rtc_python", "negative"))})
+    assert expected["rtc_full"] and expected["rtc_python"]
+    for broker, full in (("rtc_full", True), ("rtc_lite", False), ("rtc_python", False)):
+        delivered = read_topic(kafka_cfg, f"filtered.{broker}")
+        assert len(delivered) == len(expected[broker]), (broker, len(delivered), len(expected[broker]),
+                                                         Counter(m.headers["alert_id"] for m in delivered))
+        check_topic(delivered, expected[broker], by_id, full=full)
+    listed = expected_list(alerts, listed_rows)
+    assert listed and sorted(m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.rtc_watch")) == \
+        sorted(listed), "the watchlist subscription, against a brute-force search"
+    capped = read_topic(kafka_cfg, "filtered.rtc_capped")
+    per_visit = Counter(records[m.headers["alert_id"]]["diaSource"]["visit"] for m in capped)
+    bright_per_visit = Counter(records[i]["diaSource"]["visit"] for i in expected["rtc_full"])
+    assert per_visit == {visit: min(3, n) for visit, n in bright_per_visit.items()}, (per_visit, bright_per_visit)
+    assert len({m.headers["alert_id"] for m in capped}) == len(capped)
