@@ -128,6 +128,65 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
     assert sorted(r.alert_id for r in matches.collect()) == sorted(expected), "every match archived exactly once"
 
 
+def test_a_full_disk_under_the_archive_leaves_delivery_alone_and_loses_nothing_when_space_returns(
+        kafka_cfg, spark, tmp_path, fault_report):
+    """The archive's files stop fitting (its process may write files of at most 32 KiB: ``RLIMIT_FSIZE``, what
+    a full disk does to a writer, without root): delivery goes on at its pace, the archive says once that it
+    falls behind and retries the same batch; when the limit goes, it catches up, every alert once."""
+    import psutil
+
+    topic, broker = "lanes-full.alerts", "lanes_full"
+    write_files(tmp_path / "filters", {"some.sql": "diaSource.snr > 10"})
+    (tmp_path / "brokers.yaml").write_text(f"max_alerts_per_visit: null\nbrokers:\n  {broker}:\n    filters: [some]\n")
+    produce(kafka_cfg, ProduceOptions(topic=topic, visits=1, alerts_per_visit=5, interval_s=0.0, stamps=False,
+                                      seed=50, night="2026-11-10", progress=False), log=lambda line: None)
+    delivery = Job(kafka_cfg, tmp_path, topic, "delivery", "--trigger", "0")
+    archive = Job(kafka_cfg, tmp_path, topic, "archive", "--archive-trigger", "1s", "--set", "archive.writer=delta-rs")
+    try:
+        delivery.wait_for("batch 0: ")
+        archive.wait_for("archive batch ")
+        archived_before = archive.archived()
+        writer = psutil.Process(archive.process.pid)
+        writer.rlimit(psutil.RLIMIT_FSIZE, (32 * 1024, psutil.RLIM_INFINITY))  # the disk is full from now on
+        full_from = time.time()
+        night = produce(kafka_cfg, ProduceOptions(topic=topic, visits=4, alerts_per_visit=20, interval_s=2.0,
+                                                  stamps=True, seed=51, night="2026-11-11", progress=False),
+                        log=lambda line: None)
+        said = archive.wait_for("the disk under the tables is full", 60)
+        records = decode_messages(read_topic(kafka_cfg, topic), rubin_schema("10.0"))
+        expected = {str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 10}
+        deadline = time.time() + 120
+        while len(read_topic(kafka_cfg, f"filtered.{broker}")) < len(expected):
+            assert time.time() < deadline, "delivery stalled while the archive's disk was full"
+            time.sleep(1)
+        assert archive.archived() == archived_before, "nothing archived while the disk is full"
+        assert sum("the disk under the tables is full" in line for _, line in archive.lines) == 1, "said once"
+        writer.rlimit(psutil.RLIMIT_FSIZE, (psutil.RLIM_INFINITY, psutil.RLIM_INFINITY))  # space returns
+        back = archive.wait_for("again after", 60)
+        deadline = time.time() + 120
+        while archive.archived() < archived_before + night.alerts:
+            assert time.time() < deadline, archive.lines[-5:]
+            time.sleep(0.5)
+        for job in (delivery, archive):
+            os.kill(job.process.pid, signal.SIGTERM)  # the Python job, as an operator stops it
+        assert [job.process.wait(120) for job in (delivery, archive)] == [0, 0], archive.lines[-5:]
+    finally:
+        for job in (delivery, archive):
+            if job.process.poll() is None:
+                job.kill()
+
+    messages = read_topic(kafka_cfg, f"filtered.{broker}")
+    night_latency = [m.latency_ms for m in messages if int(m.headers["input_time"]) / 1000 >= full_from]
+    assert len(night_latency) >= 10 and statistics.median(night_latency) < 5000, sorted(night_latency)
+    alerts = spark.read.format("delta").load(str(table_paths(kafka_cfg, topic)["alerts"]))
+    row = fault_row("the archive's disk full while 4 visits arrive and are delivered (RLIMIT_FSIZE 32 KiB), "
+                    f"then space returns ({back - said:.0f} s after it was said)", len(records), alerts,
+                    [m.headers["alert_id"] for m in messages], expected)
+    fault_report.append(row)
+    assert row["archived"] == row["archive_rows"] == len(records) == 85, "every alert archived exactly once"
+    assert row["lost"] == 0 and row["duplicated"] == 0
+
+
 @pytest.mark.parametrize("with_marks", [True, False], ids=["stored-marks", "read-back"])
 def test_rows_from_the_delivery_log_are_stored_once_however_often_they_come(spark, tmp_path, with_marks):
     """A delivery batch logged twice (it was retried), in the same or a later archive batch, and an archive

@@ -133,3 +133,15 @@ def test_each_message_is_archived_once_across_restarts_and_spark_reads_the_table
     assert stored_offsets(tables["alerts"], first.app_id, TOPIC, partitions) == ends
     assert [r.schema_id for r in spark.read.format("delta").load(str(tables["schemas"])).collect()] == \
         list(writers)
+
+
+def test_a_full_disk_is_told_from_other_write_errors():
+    import errno
+
+    from skyfilter.archive.topic_batches import disk_full
+
+    assert disk_full(OSError(errno.ENOSPC, "No space left on device")) == "No space left on device"
+    assert disk_full(RuntimeError("Generic LocalFileSystem error: Unable to copy data to file: File too large "
+                                  "(os error 27)")) == "File too large (os error 27)"
+    assert disk_full(OSError(errno.EACCES, "Permission denied")) is None
+    assert disk_full(ValueError("Failed to parse parquet")) is None

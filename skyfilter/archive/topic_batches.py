@@ -10,6 +10,9 @@ consumer-group offset is ever committed.
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -19,6 +22,9 @@ from skyfilter.core.kafka_clients import client_settings
 from skyfilter.lanes.monitoring import StreamMonitor
 
 POLL_S = 0.5  # longest wait for messages inside a batch window
+FULL_DISK_RETRY_S = 5.0
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+DISK_FULL_MESSAGE = re.compile(r"(No space left on device|File too large|Disk quota exceeded)( \(os error \d+\))?")
 
 
 class TopicBatches(ABC):
@@ -73,13 +79,36 @@ class TopicBatches(ABC):
             if messages:
                 self.writing = True
                 try:
-                    self.write_batch(messages)
+                    self._store(messages, keep_going)
                 finally:
                     self.writing = False
                 self.batches += 1
             if ends is not None and self._reached(ends):
                 break
         return self.batches
+
+    def _store(self, messages: list, keep_going: Callable[[], bool]) -> None:
+        """Write a batch; while the disk under the tables is full, say so once and try the same batch again
+        every :data:`FULL_DISK_RETRY_S` (the writer falls behind, Kafka keeps the rest: nothing is dropped).  A
+        stop while it is full ends the writer with the error; the next start resumes from the tables."""
+        full_since = None
+        while True:
+            try:
+                self.write_batch(messages)
+                break
+            except Exception as exc:  # noqa: BLE001 - delta-rs raises its own error type, naming the OS error
+                reason = disk_full(exc)
+                if reason is None or not keep_going():
+                    raise
+                if full_since is None:
+                    full_since = time.monotonic()
+                    self.log(f"archive: the disk under the tables is full ({reason}) writing {len(messages)} "
+                             f"message(s) of '{self.topic}': the archive falls behind, retrying every "
+                             f"{FULL_DISK_RETRY_S:g} s; nothing is dropped")
+                time.sleep(FULL_DISK_RETRY_S)
+        if full_since is not None:
+            self.log(f"archive: writing '{self.topic}' again after {time.monotonic() - full_since:.0f} s of a full "
+                     f"disk; catching up")
 
     def _collect(self, keep_going: Callable[[], bool]) -> list:
         """Messages of one batch window: from the first arrival, ``trigger_s`` or ``max_messages``, whichever first."""
@@ -118,6 +147,15 @@ class TopicBatches(ABC):
     def close(self) -> None:
         """Let go of Kafka (the offsets live in the tables: nothing to commit)."""
         self.consumer.close()
+
+
+def disk_full(error: BaseException) -> str | None:
+    """The operating system's reason when ``error`` says the disk (or the writer's file size or quota) is full,
+    else None."""
+    if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
+        return os.strerror(error.errno)
+    found = DISK_FULL_MESSAGE.search(str(error))
+    return found.group(0) if found else None
 
 
 def next_offsets(messages: list) -> dict[int, int]:
