@@ -77,6 +77,31 @@ def executor_workers() -> dict[int, int]:
     return found
 
 
+
+def submit(cfg, cluster, folder, topic: str, name: str, cwd, *spark_conf: str) -> tuple[subprocess.Popen, list[str]]:
+    """``spark-submit --master spark://...`` of the stream (delivery lane, Real-time Mode) as an operator starts
+    it on a cluster, once it says ``running:``; its lines keep coming into the returned list."""
+    command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", cluster.master_url,
+               *spark_conf, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", topic, "--name", name,
+               "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
+               "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir), "--trigger", "realtime",
+               "--lane", "delivery", "--stop-when-idle", "20", "--set", "stream.realtime.checkpoint_interval=30s",
+               "--set", "monitoring.port=null", "--set", "topics.alerts_partitions=3"]
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"})
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(line.rstrip() for line in job.stdout), daemon=True).start()
+    deadline = time.monotonic() + 300
+    while not any("running: " in line for line in lines):
+        if job.poll() is not None or time.monotonic() > deadline:
+            job.kill()
+            (cwd / f"{name}.log").write_text("\n".join(lines))
+            raise AssertionError("\n".join(line for line in lines if not line.lstrip().startswith("at "))[-3000:])
+        time.sleep(0.5)
+    return job, lines
+
+
 @pytest.mark.slow
 def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_cfg, spark, tmp_path):
     folder = stream_folder(tmp_path / "stream", {"bright.sql": "diaSource.snr > 20", "snr10.sql": LITE_SQL,
@@ -90,24 +115,8 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
     open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), same_alerts=True)
 
     with standalone_cluster(kafka_cfg, tmp_path, worker_cores=2) as cluster:  # 4 slots: 3 partitions + 1
-        command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", cluster.master_url,
-                   str(ROOT / "pipelines" / "filter_stream.py"),
-                   "--topic", TOPIC, "--name", "rtc", "--filters-dir", str(folder / "filters"),
-                   "--brokers", str(folder / "brokers.yaml"), "--bootstrap", kafka_cfg.bootstrap_servers,
-                   "--state-dir", str(kafka_cfg.state_dir), "--trigger", "realtime", "--lane", "delivery",
-                   "--stop-when-idle", "20",
-                   "--set", "stream.realtime.checkpoint_interval=30s", "--set", "monitoring.port=null",
-                   "--set", "topics.alerts_partitions=3"]
-        job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                    "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"})
-        lines: list[str] = []
-        threading.Thread(target=lambda: lines.extend(line.rstrip() for line in job.stdout), daemon=True).start()
+        job, lines = submit(kafka_cfg, cluster, folder, TOPIC, "rtc", tmp_path)
         try:
-            deadline = time.monotonic() + 300
-            while not any("running: " in line for line in lines):
-                assert job.poll() is None and time.monotonic() < deadline, "\n".join(lines[-30:])
-                time.sleep(0.5)
             produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
                                               stamps=True, seed=SEED, night=NIGHT, progress=False),
                     log=lambda line: None)
@@ -153,3 +162,32 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
     bright_per_visit = Counter(records[i]["diaSource"]["visit"] for i in expected["rtc_full"])
     assert per_visit == {visit: min(3, n) for visit, n in bright_per_visit.items()}, (per_visit, bright_per_visit)
     assert len({m.headers["alert_id"] for m in capped}) == len(capped)
+
+
+@pytest.mark.slow
+def test_an_executor_that_cannot_start_its_filter_worker_quarantines_those_filters_and_the_rest_delivers(
+        kafka_cfg, spark, tmp_path):
+    topic = "rtc-broken.alerts"
+    folder = stream_folder(tmp_path / "stream", {"bright.sql": "diaSource.snr > 20", "negative.py": NEGATIVE_PY},
+                           "brokers:\n  rtcb_sql:\n    filters: [bright]\n  rtcb_python:\n    filters: [negative]\n")
+    open_registry(kafka_cfg).register(subject_for(topic), rubin_schema("10.0"), same_alerts=True)
+    with standalone_cluster(kafka_cfg, tmp_path, worker_cores=2) as cluster:
+        # the filter workers' Python is missing on the executors (Spark's own Python works)
+        job, lines = submit(kafka_cfg, cluster, folder, topic, "rtcb", tmp_path,
+                            "--conf", "spark.skyfilter.filterWorkerPython=/nonexistent/bin/python")
+        try:
+            produce(kafka_cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
+                                              stamps=False, seed=SEED, night=NIGHT, progress=False),
+                    log=lambda line: None)
+            assert job.wait(timeout=300) == 0, "\n".join(lines[-40:])
+        finally:
+            if job.poll() is None:
+                job.kill()
+    (tmp_path / "rtcb.log").write_text("\n".join(lines))
+    said = [line for line in lines if "filter 'negative' quarantined" in line]
+    assert len(said) == 1 and "executor" in said[0] and "did not start" in said[0], "\n".join(lines[-40:])
+    records = {str(r["diaSourceId"]): r for r in decode_messages(read_topic(kafka_cfg, topic), rubin_schema("10.0"))}
+    bright = {i for i, r in records.items() if PREDICATES["bright"](r)}
+    assert bright and sorted(m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.rtcb_sql")) == \
+        sorted(bright), "the SQL broker delivers everything"
+    assert read_topic(kafka_cfg, "filtered.rtcb_python") == [], "no verdict, no message: nothing sent unfiltered"

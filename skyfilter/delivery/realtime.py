@@ -118,7 +118,7 @@ class RealtimeLane(Lane):
                 tuple((v.kind, v.name, v.version) for v in watched),
                 *((b.delivery, tuple(digests.get(f) for f in b.enabled_filters)) for b in self.brokers(plan)))
 
-    def _rows(self, source: DataFrame, ledger: str, observed: bool = True) -> DataFrame:
+    def _rows(self, source: DataFrame, ledger: str, observed: bool = True, warm_up: bool = False) -> DataFrame:
         """The Kafka rows (broker topics, dead letters, delivery log) of the input rows ``source``.
 
         Capped brokers' matches are admitted by the visit cap ledger ``ledger``.  The
@@ -127,7 +127,7 @@ class RealtimeLane(Lane):
         """
         brokers, plan = self.brokers(), self.plan
         filters = lane_filters(plan, brokers)
-        evaluated = evaluate(plan, source, brokers, realtime=True, workers=self._filter_set(filters),
+        evaluated = evaluate(plan, source, brokers, realtime=True, workers=self._filter_set(filters, warm_up),
                              watch_workers=self._watch_set(filters))
         if any(b.max_alerts_per_visit is not None for b in brokers):
             register_jvm_function(self.spark, "VisitCapLedger")
@@ -157,7 +157,7 @@ class RealtimeLane(Lane):
         if capped:
             open_visit_caps(self.spark, ledger, str(self._ledger_file(WARM_UP_LEDGER)), 0)
         try:
-            self._rows(probe, self._ledger_address(ledger), observed=False).write.format("noop").mode(
+            self._rows(probe, self._ledger_address(ledger), observed=False, warm_up=True).write.format("noop").mode(
                 "overwrite").save()
         finally:
             if capped:
@@ -165,15 +165,18 @@ class RealtimeLane(Lane):
         self.warm_up_kafka(self.plan.output_topics(self.brokers()), self.plan.topic)
         self.log(f"realtime: warmed up on {alerts} probe alerts in {time.monotonic() - began:.1f} s")
 
-    def _filter_set(self, filters: list[FilterSpec]) -> FilterSet | None:
-        """The set of these filters' Python ones, for the filter workers of the JVMs that run the query's tasks."""
+    def _filter_set(self, filters: list[FilterSpec], warm_up: bool = False) -> FilterSet | None:
+        """The set of these filters' Python ones, for the filter workers of the JVMs that run the query's tasks;
+        a warm-up's is a set of its own: what fails on probe alerts (their reports go nowhere) is still tried,
+        and reported, on the night's."""
         python = [spec for spec in filters if spec.kind == "python"]
         if not python:
             return None
         template = self.plan.decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)) \
             .withColumns(template_columns(self.plan.watch))
         register_jvm_function(self.spark, "PythonFilterCall")
-        return filter_set(*worker_filter_set(python, template), self.plan.filter_time_budget_s, self.run_id)
+        return filter_set(*worker_filter_set(python, template), self.plan.filter_time_budget_s,
+                          f"{self.run_id}{WARM_UP_LEDGER if warm_up else ''}")
 
     def _watch_set(self, filters: list[FilterSpec]) -> FilterSet | None:
         """The set of the watchlists and watchmaps these filters use, for the watch workers."""

@@ -20,11 +20,13 @@ import org.apache.spark.SparkEnv;
  *
  * <p>The filter sets the tasks name are written into the worker's folder from the query itself
  * (each request carries its set's id and content), so no file has to reach the executors apart
- * from the query.  The Python is Spark's own for this JVM: {@code spark.pyspark.python}, else
- * {@code PYSPARK_PYTHON}, else {@code python3}.
+ * from the query.  The Python is {@code spark.skyfilter.filterWorkerPython} when set, else Spark's
+ * own for this JVM: {@code spark.pyspark.python}, else {@code PYSPARK_PYTHON}, else {@code python3}.
  */
 final class FilterWorker {
 
+    /** The Spark setting naming another Python for the workers (filters needing packages Spark's lacks). */
+    static final String PYTHON_SETTING = "spark.skyfilter.filterWorkerPython";
     private static final long START_TIMEOUT_MS = 120_000;
     private static final long RETRY_AFTER_MS = 30_000;  // a worker that could not start is tried again after this
 
@@ -113,7 +115,11 @@ final class FilterWorker {
         ProcessBuilder builder = new ProcessBuilder(List.of(python(), "-m", "skyfilter.filtering.filter_workers",
                 "--socket", socket.toString()));
         builder.redirectErrorStream(true).redirectOutput(Redirect.appendTo(log.toFile()));
-        process = builder.start();
+        try {
+            process = builder.start();
+        } catch (IOException e) {
+            throw new IOException(where() + ": the Python " + role + " worker did not start: " + e.getMessage(), e);
+        }
         starts++;
         long deadline = System.currentTimeMillis() + START_TIMEOUT_MS;
         while (!Files.exists(socket)) {
@@ -148,7 +154,8 @@ final class FilterWorker {
     private static String python() {
         String fallback = System.getenv().getOrDefault("PYSPARK_PYTHON", "python3");
         SparkEnv env = SparkEnv.get();
-        return env == null ? fallback : env.conf().get("spark.pyspark.python", fallback);
+        return env == null ? fallback
+                : env.conf().get(PYTHON_SETTING, env.conf().get("spark.pyspark.python", fallback));
     }
 
     private static String lastLine(Path log) {
