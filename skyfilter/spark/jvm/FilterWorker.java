@@ -28,7 +28,8 @@ final class FilterWorker {
     /** The Spark setting naming another Python for the workers (filters needing packages Spark's lacks). */
     static final String PYTHON_SETTING = "spark.skyfilter.filterWorkerPython";
     private static final long START_TIMEOUT_MS = 120_000;
-    private static final long RETRY_AFTER_MS = 30_000;  // a worker that could not start is tried again after this
+    private static final long RETRY_AFTER_MS = 30_000;
+    private static final long RECOVER_WAIT_MS = 1_000;  // how long a broken connection's worker may take to die  // a worker that could not start is tried again after this
 
     private final String role;
     private final Set<String> written = ConcurrentHashMap.newKeySet();
@@ -59,6 +60,25 @@ final class FilterWorker {
             failedAt = System.currentTimeMillis();
             throw e;
         }
+    }
+
+    /**
+     * After a connection broke: the socket of a worker that answers, waiting for a killed one to be gone
+     * (a process killed a moment ago may still look alive and still hold its socket) and starting another.
+     */
+    String recover() throws IOException {
+        Process dying;
+        synchronized (this) {
+            dying = process;
+        }
+        if (dying != null) {
+            try {
+                dying.waitFor(RECOVER_WAIT_MS, java.util.concurrent.TimeUnit.MILLISECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        return socket();
     }
 
     /** Write a filter set for the worker to load when a request names it (once per set and worker folder). */

@@ -49,6 +49,7 @@ public final class PythonFilterCall implements UDF4<String, String, String, Stri
     private static final Map<String, FilterWorker> WORKERS = new ConcurrentHashMap<>();
     private static final Set<String> REPORTED = ConcurrentHashMap.newKeySet();  // sets told their worker is down
     private static final ObjectMapper JSON = new ObjectMapper();
+    private static final int ATTEMPTS = 4;  // one request, and three after the worker was found gone
 
     /** Register {@value #FUNCTION} in a session (non-deterministic: called once per row, never folded). */
     public static void register(SparkSession spark) {
@@ -87,18 +88,20 @@ public final class PythonFilterCall implements UDF4<String, String, String, Stri
         } catch (IOException down) {
             return unavailable(setId, content, row, down);
         }
-        try {
-            return exchange(connection(socket), request);
-        } catch (IOException first) {
-            close(socket);  // the worker went away (killed, or out of memory): start it again and ask once more
+        IOException failure = null;
+        for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
             try {
-                return exchange(connection(worker.socket()), request);
-            } catch (IOException again) {
+                if (attempt > 0) {
+                    socket = worker.recover();  // killed, or out of memory: started again once it is gone
+                }
+                return exchange(connection(socket), request);
+            } catch (IOException e) {
                 close(socket);
-                throw new UncheckedIOException(FilterWorker.where() + ": the Python " + role + " worker at "
-                        + socket + " does not answer", again);
+                failure = e;
             }
         }
+        throw new UncheckedIOException(FilterWorker.where() + ": the Python " + role + " worker at " + socket
+                + " does not answer", failure);
     }
 
     /** The answer while the worker cannot start: no verdicts, and (once per set) the reason for each filter. */
