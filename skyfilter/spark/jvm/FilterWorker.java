@@ -35,7 +35,6 @@ final class FilterWorker {
     private final Set<String> written = ConcurrentHashMap.newKeySet();
     private Path folder;
     private Process process;
-    private long starts;
     private String failure;  // why the last start failed (null: it did not)
     private long failedAt;
 
@@ -98,24 +97,6 @@ final class FilterWorker {
         }
     }
 
-    /** The worker's process id (-1: not running); for tests and the worker's own log lines. */
-    synchronized long pid() {
-        return process != null && process.isAlive() ? process.pid() : -1;
-    }
-
-    /** How many times this JVM started the worker. */
-    synchronized long starts() {
-        return starts;
-    }
-
-    /** Stop the worker (its folder stays until the JVM exits). */
-    synchronized void stop() {
-        if (process != null) {
-            process.destroy();
-            process = null;
-        }
-    }
-
     private synchronized Path folder() throws IOException {
         if (folder == null) {
             folder = Files.createTempDirectory("skyfilter-" + role + "-");  // short: a socket path has 107 bytes
@@ -140,7 +121,6 @@ final class FilterWorker {
         } catch (IOException e) {
             throw new IOException(where() + ": the Python " + role + " worker did not start: " + e.getMessage(), e);
         }
-        starts++;
         long deadline = System.currentTimeMillis() + START_TIMEOUT_MS;
         while (!Files.exists(socket)) {
             if (!process.isAlive() || System.currentTimeMillis() > deadline) {

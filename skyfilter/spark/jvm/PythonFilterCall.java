@@ -57,23 +57,6 @@ public final class PythonFilterCall implements UDF4<String, String, String, Stri
         spark.udf().register(FUNCTION, udf);
     }
 
-    /** This JVM's worker process for {@code role} (-1: none running), for tests. */
-    public static long workerPid(String role) {
-        FilterWorker worker = WORKERS.get(role);
-        return worker == null ? -1 : worker.pid();
-    }
-
-    /** How many times this JVM started its worker for {@code role}, for tests. */
-    public static long workerStarts(String role) {
-        FilterWorker worker = WORKERS.get(role);
-        return worker == null ? 0 : worker.starts();
-    }
-
-    /** Stop this JVM's workers (a driver's, when its session ends; executors' end with them). */
-    public static void stopWorkers() {
-        WORKERS.values().forEach(FilterWorker::stop);
-    }
-
     @Override
     public String call(String role, String setId, String content, String row) {
         if (row == null) {
