@@ -108,21 +108,30 @@ class InputArrivals:
         self.topic = topic
         self.interval_s = interval_s
         self.latest = LatestOffsets(cfg)
-        self.total: int | None = None
+        self.ends: dict[int, int] | None = None
         self.checked_at = 0.0
         self.grew_at = time.time() if waiting else 0.0
 
+    @property
+    def has_baseline(self) -> bool:
+        """Whether Kafka has answered once: growth is seen only against a reading."""
+        return self.ends is not None
+
     def last_growth(self) -> float:
-        """The time (``time.time()``) the topic was last seen to grow; 0 before it grew under this watch."""
+        """The time (``time.time()``) the topic was last seen to grow; 0 before it grew under this watch.
+
+        A reading that fails, or misses partitions (metadata not yet settled), keeps what is known: only a
+        partition's end moving forward, or a new partition, counts as growth."""
         if time.monotonic() - self.checked_at >= self.interval_s:
             self.checked_at = time.monotonic()
             try:
-                total = sum(self.latest(self.topic).values())
+                ends = self.latest(self.topic)
             except SkyfilterError:
                 return self.grew_at  # Kafka away: the KafkaWatch says so and holds the idle stop
-            if self.total is not None and total != self.total:
+            if ends and self.ends is not None and any(end > self.ends.get(p, 0) for p, end in ends.items()):
                 self.grew_at = time.time()
-            self.total = total
+            if ends:
+                self.ends = {**(self.ends or {}), **ends}
         return self.grew_at
 
     def close(self) -> None:
