@@ -8,7 +8,11 @@ are admitted by the driver's visit cap ledger, which the executors ask over
 TCP.  Mid-night one executor's filter worker is killed with ``kill -9``: it is
 started again and the alerts it held are evaluated again.  Every broker topic
 must equal an independent evaluation of the produced alerts (the watchlist's by
-brute force), the capped one exactly its cap per visit.
+brute force), the capped one exactly its cap per visit.  The executors' read
+marks reach the driver as they move: its metrics show every alert read, with no
+lag, seconds after the last one (not at the 30 s checkpoint).  A second run
+names a Python the executors do not have: the Python filter and the watchlist
+subscription are quarantined, and the SQL broker delivers everything.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from test_realtime import LITE_SQL, PREDICATES
 from test_watchlists import expected_list, positions, watch_command, watchlist_rows, write_list
 
@@ -37,6 +43,7 @@ from conftest import (
 )
 from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.delivery import read_topic
+from skyfilter.core.processes import free_port
 from skyfilter.core.registry import open_registry, subject_for
 from skyfilter.producers.command import ProduceOptions, produce
 
@@ -78,7 +85,8 @@ def executor_workers() -> dict[int, int]:
 
 
 
-def submit(cfg, cluster, folder, topic: str, name: str, cwd, *spark_conf: str) -> tuple[subprocess.Popen, list[str]]:
+def submit(cfg, cluster, folder, topic: str, name: str, cwd, *spark_conf: str, metrics_port: int | None = None
+           ) -> tuple[subprocess.Popen, list[str]]:
     """``spark-submit --master spark://...`` of the stream (delivery lane, Real-time Mode) as an operator starts
     it on a cluster, once it says ``running:``; its lines keep coming into the returned list."""
     command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", cluster.master_url,
@@ -86,7 +94,8 @@ def submit(cfg, cluster, folder, topic: str, name: str, cwd, *spark_conf: str) -
                "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
                "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir), "--trigger", "realtime",
                "--lane", "delivery", "--stop-when-idle", "20", "--set", "stream.realtime.checkpoint_interval=30s",
-               "--set", "monitoring.port=null", "--set", "topics.alerts_partitions=3"]
+               "--set", f"monitoring.port={metrics_port or 'null'}", "--set", "monitoring.lag_interval_s=1",
+               "--set", "topics.alerts_partitions=3"]
     job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
                            env={**os.environ, "PYTHONUNBUFFERED": "1",
                                 "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"})
@@ -102,6 +111,27 @@ def submit(cfg, cluster, folder, topic: str, name: str, cwd, *spark_conf: str) -
     return job, lines
 
 
+def read_and_lag(url: str, wanted: int, deadline: float) -> tuple[float, float]:
+    """The Real-time lane's alerts read and its lag (summed over partitions) on the job's metrics, once it has
+    read ``wanted`` alerts with no lag (or at ``deadline``, ``time.monotonic()``)."""
+    read = lag = -1.0
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                families = list(text_string_to_metric_families(response.read().decode()))
+        except OSError:
+            families = []
+        samples = [(s.name, s.labels, s.value) for family in families for s in family.samples]
+        read = sum(v for n, labels, v in samples if n == "skyfilter_input_alerts_total"
+                   and labels.get("lane") == "realtime")
+        lag = sum(v for n, labels, v in samples if n == "skyfilter_kafka_consumer_lag"
+                  and labels.get("lane") == "realtime")
+        if read >= wanted and lag == 0:
+            break
+        time.sleep(0.5)
+    return read, lag
+
+
 @pytest.mark.slow
 def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_cfg, spark, tmp_path):
     folder = stream_folder(tmp_path / "stream", {"bright.sql": "diaSource.snr > 20", "snr10.sql": LITE_SQL,
@@ -115,7 +145,8 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
     open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), same_alerts=True)
 
     with standalone_cluster(kafka_cfg, tmp_path, worker_cores=2) as cluster:  # 4 slots: 3 partitions + 1
-        job, lines = submit(kafka_cfg, cluster, folder, TOPIC, "rtc", tmp_path)
+        metrics_port = free_port(19474)
+        job, lines = submit(kafka_cfg, cluster, folder, TOPIC, "rtc", tmp_path, metrics_port=metrics_port)
         try:
             produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
                                               stamps=True, seed=SEED, night=NIGHT, progress=False),
@@ -132,6 +163,9 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
                                               stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=3),
                     log=lambda line: None)
             after = executor_workers()
+            sent = time.monotonic()
+            read, lag = read_and_lag(f"http://127.0.0.1:{metrics_port}/metrics", VISITS * PER_VISIT, sent + 20)
+            read_after_s = time.monotonic() - sent
             assert job.wait(timeout=300) == 0, "\n".join(lines[-40:])
         finally:
             if job.poll() is None:
@@ -141,6 +175,9 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
     assert "5 of 5 broker(s) in Real-time Mode" in text and "micro-batches beside it" not in text, text[-3000:]
     assert killed not in after and set(after.values()) & set(workers.values()), \
         f"the killed worker's executor started another: before {workers}, after {after}"
+    assert read >= VISITS * PER_VISIT and lag == 0 and read_after_s < 10, \
+        f"the executors' read marks reach the driver's metrics within seconds, not at a checkpoint 30 s apart: " \
+        f"{read} read, lag {lag}, {read_after_s:.1f} s after the last alert"
 
     inputs = read_topic(kafka_cfg, TOPIC)
     records = {str(r["diaSourceId"]): r for r in decode_messages(inputs, rubin_schema("10.0"))}
@@ -165,11 +202,15 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
 
 
 @pytest.mark.slow
-def test_an_executor_that_cannot_start_its_filter_worker_quarantines_those_filters_and_the_rest_delivers(
+def test_an_executor_that_cannot_start_its_workers_quarantines_those_filters_and_the_rest_delivers(
         kafka_cfg, spark, tmp_path):
     topic = "rtc-broken.alerts"
     folder = stream_folder(tmp_path / "stream", {"bright.sql": "diaSource.snr > 20", "negative.py": NEGATIVE_PY},
-                           "brokers:\n  rtcb_sql:\n    filters: [bright]\n  rtcb_python:\n    filters: [negative]\n")
+                           "brokers:\n  rtcb_sql:\n    filters: [bright]\n  rtcb_python:\n    filters: [negative]\n"
+                           "  rtcb_watch:\n    watchlists: [rtcb_agn]\n")
+    alerts = positions(0, PER_VISIT) | positions(1, PER_VISIT)
+    write_list(folder / "agn.csv", watchlist_rows({i: alerts[i] for i in sorted(alerts)[::3]}, "agn"))
+    watch_command(kafka_cfg, "watchlist", "add", "rtcb_agn", str(folder / "agn.csv"))
     open_registry(kafka_cfg).register(subject_for(topic), rubin_schema("10.0"), same_alerts=True)
     with standalone_cluster(kafka_cfg, tmp_path, worker_cores=2) as cluster:
         # the filter workers' Python is missing on the executors (Spark's own Python works)
@@ -184,10 +225,12 @@ def test_an_executor_that_cannot_start_its_filter_worker_quarantines_those_filte
             if job.poll() is None:
                 job.kill()
     (tmp_path / "rtcb.log").write_text("\n".join(lines))
-    said = [line for line in lines if "filter 'negative' quarantined" in line]
-    assert len(said) == 1 and "executor" in said[0] and "did not start" in said[0], "\n".join(lines[-40:])
+    for name in ("negative", "watchlist:rtcb_agn"):  # the Python filter's worker, and the watch worker
+        said = [line for line in lines if f"filter '{name}' quarantined" in line]
+        assert len(said) == 1 and "executor" in said[0] and "did not start" in said[0], "\n".join(lines[-40:])
     records = {str(r["diaSourceId"]): r for r in decode_messages(read_topic(kafka_cfg, topic), rubin_schema("10.0"))}
     bright = {i for i, r in records.items() if PREDICATES["bright"](r)}
     assert bright and sorted(m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.rtcb_sql")) == \
         sorted(bright), "the SQL broker delivers everything"
     assert read_topic(kafka_cfg, "filtered.rtcb_python") == [], "no verdict, no message: nothing sent unfiltered"
+    assert read_topic(kafka_cfg, "filtered.rtcb_watch") == [], "no crossmatch, no verdict, no message"

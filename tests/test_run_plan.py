@@ -20,7 +20,7 @@ from skyfilter.core.lanes import LANE_CHOICES, LaneName
 from skyfilter.core.memory import process_tree_rss
 from skyfilter.core.processes import command_line, is_running
 from skyfilter.core.status import LANES
-from skyfilter.plan.run_plan import BrokerNeeds, on_master, realtime_refusal, settle_run, with_slots
+from skyfilter.plan.run_plan import BrokerNeeds, fit_to_slots, on_master, realtime_refusal, settle_run, with_slots
 from skyfilter.plan.slots import Slots
 from skyfilter.plan.stream_plan import frozen_value
 from skyfilter.plan.triggers import Triggers
@@ -105,9 +105,25 @@ def test_the_one_rule_names_every_reason():
 def test_a_cluster_master_found_under_spark_submit_settles_the_run_again(cfg):
     run = with_slots(settle_run(cfg, "night", "both", False, "local[2]")[0], cfg)
     assert run.archive_apart and run.slots == Slots(2, 0, 0, 0)
-    assert on_master(run, cfg, "local[4]", 4) is run, "a local master: what was settled stands"
-    cluster = on_master(run, cfg, "spark://127.0.0.1:7077", 6)
-    assert not cluster.archive_apart and cluster.slots == Slots(6, 0, 1, 1)
+    assert on_master(run, cfg, "local[4]", 4) == (run, ""), "a local master: what was settled stands"
+    cluster, line = on_master(run, cfg, "spark://127.0.0.1:7077", 6)
+    assert not cluster.archive_apart and cluster.slots == Slots(6, 0, 1, 1) and line == ""
+
+
+@pytest.mark.parametrize("trigger", ["auto", "realtime"])
+def test_trigger_auto_falls_back_to_micro_batches_on_a_cluster_with_too_few_slots(cfg, trigger):
+    cfg.set("stream.trigger", trigger)
+    settled, _ = settle_run(cfg, "night", "delivery", False, "spark://127.0.0.1:7077")
+    run = dataclasses.replace(settled, slots=Slots(0, 4, 0, 0))  # a 4-partition topic
+    assert run.realtime
+    assert fit_to_slots(run, cfg, 4) == (run, ""), "4 slots hold the 4 long-lived tasks"
+    fitted, line = fit_to_slots(run, cfg, 3)
+    if trigger == "realtime":
+        assert (fitted, line) == (run, ""), "asked for by name: the stream says what it needs, and stops"
+        return
+    assert not fitted.realtime and fitted.micro_batches and fitted.triggers.delivery == "0s"
+    assert fitted.slots == Slots(3, 0, 0, 0), "every slot to the micro-batches"
+    assert line.startswith("trigger auto -> 0: Real-time Mode needs 4 task slots") and "Spark has 3" in line
 
 
 @pytest.mark.parametrize("key, value, message", [

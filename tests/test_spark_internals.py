@@ -191,6 +191,30 @@ def probe_read_marks(spark):
     assert internals.read_marks(spark, reader) == {("alerts", 0): (8, 1200, 3), ("alerts", 1): (4, 900, 1)}
 
 
+def probe_serve_read_marks(spark):
+    """What an executor sends (``ReadMarks.java``): a datagram of its marks, under the driver's token."""
+    import socket
+    import time
+
+    suffix = internals.serve_read_marks(spark, "127.0.0.1")
+    assert internals.serve_read_marks(spark, "127.0.0.1") == suffix, "one listener per driver JVM"
+    port, token = suffix.split(":")[1].split("/")
+    reader = f"probe-{uuid.uuid4().hex[:6]}{suffix}"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        for sender, lines in (("1@a", [(0, 8, 1200, 3), (1, 4, 900, 1)]), ("2@b", [(0, 6, 1100, 2)]),
+                              ("1@a", [(0, 9, 1300, 4)])):
+            body = "".join(f"{reader}\talerts\t{p}\t{n}\t{t}\t{r}\n" for p, n, t, r in lines)
+            udp.sendto(f"{token}\n{sender}\n{body}".encode(), ("127.0.0.1", int(port)))
+            time.sleep(0.2)
+        udp.sendto(f"wrong\n3@c\n{reader}\talerts\t1\t99\t9\t99\n".encode(), ("127.0.0.1", int(port)))
+    deadline = time.monotonic() + 5
+    while internals.read_marks(spark, reader).get(("alerts", 0), (0,))[0] != 9 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.3)
+    assert internals.read_marks(spark, reader) == {("alerts", 0): (9, 1300, 6), ("alerts", 1): (4, 900, 1)}, \
+        "furthest offset, rows summed over executors (each one's latest count), another driver's token ignored"
+
+
 def probe_jvm_functions(spark, tmp_path):
     probe_visit_cap_functions(spark, tmp_path)
     probe_python_filter_functions(spark)
@@ -256,6 +280,7 @@ PROBES = {
     "pass_stop_signals_to": probe_pass_stop_signals_to, "announce_query_stop": probe_announce_query_stop,
     "task_conf_state": probe_task_conf_state,
     "read_marks": probe_read_marks, "submitted_master": probe_submitted_master,
+    "serve_read_marks": probe_serve_read_marks,
 }
 
 

@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Hashable
 
 from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.filter_loader import FilterSpec
@@ -25,7 +26,7 @@ from skyfilter.delivery.batch_figures import observe_steps
 from skyfilter.delivery.caps import DELIVERED_BEFORE, VisitCaps, capped, decision_steps, slim_steps
 from skyfilter.filtering.decode import alert_field_names, decode_steps, is_accepted
 from skyfilter.filtering.filter_eval import FilterSet, filter_steps
-from skyfilter.filtering.watch_columns import used_by, watch_steps
+from skyfilter.filtering.watch_columns import WATCH_DOWN_COLUMN, used_by, watch_steps
 from skyfilter.plan.outgoing import (
     BATCH_ID_COLUMN,
     broker_match_step,
@@ -61,7 +62,8 @@ def evaluate_steps(plan: StreamPlan, brokers: list[BrokerSpec], realtime: bool =
                           plan.reader_json, realtime),
             *watch_steps(plan.watch.chosen(used_by(filters)), plan.columns.ra, plan.columns.dec, is_accepted(),
                          watch_workers),
-            *filter_steps(filters, is_accepted(), budget, not realtime, workers),
+            *filter_steps(filters, is_accepted(), budget, not realtime, workers,
+                          F.col(WATCH_DOWN_COLUMN).isNotNull() if watch_workers is not None else None),
             broker_match_step(brokers)]
 
 

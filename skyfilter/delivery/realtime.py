@@ -57,7 +57,7 @@ from skyfilter.filtering.filter_errors import FilterErrorWatch, error_record
 from skyfilter.filtering.filter_eval import FilterSet, worker_filter_set
 from skyfilter.filtering.filter_workers import filter_set, watch_set
 from skyfilter.filtering.input_schemas import NEW_SCHEMA_ERROR
-from skyfilter.filtering.watch_columns import template_columns, used_by
+from skyfilter.filtering.watch_columns import template_columns, used_by, watch_down_report
 from skyfilter.lanes.delivery_log import RESTORE_HOURS, SummaryWriter
 from skyfilter.lanes.kafka_watch import offsets_past_checkpoint
 from skyfilter.lanes.lane import Lane, LaneServices
@@ -128,7 +128,7 @@ class RealtimeLane(Lane):
         brokers, plan = self.brokers(), self.plan
         filters = lane_filters(plan, brokers)
         evaluated = evaluate(plan, source, brokers, realtime=True, workers=self._filter_set(filters, warm_up),
-                             watch_workers=self._watch_set(filters))
+                             watch_workers=self._watch_set(filters, warm_up))
         if any(b.max_alerts_per_visit is not None for b in brokers):
             register_jvm_function(self.spark, "VisitCapLedger")
         decided = with_batch_id(apply_steps(evaluated, [realtime_cap_step(brokers, ledger)]), -1)
@@ -136,6 +136,8 @@ class RealtimeLane(Lane):
         if observed:
             encoded = encoded.observe(OBSERVATION, *figure_aggregates(filters, brokers))
         errors = ((FILTER_ERROR_KEY, error_record(LANE)),) if _python(filters) else ()
+        if used_by(filters):
+            errors += ((FILTER_ERROR_KEY, error_record(LANE, watch_down_report(filters))),)
         return apply_steps(encoded, message_steps(brokers, plan.encodings, plan.deadletter_topic,
                                                   plan.delivery_log_topic, LANE, plan.inputs.readable,
                                                   log_values=errors))
@@ -178,13 +180,14 @@ class RealtimeLane(Lane):
         return filter_set(*worker_filter_set(python, template), self.plan.filter_time_budget_s,
                           f"{self.run_id}{WARM_UP_LEDGER if warm_up else ''}")
 
-    def _watch_set(self, filters: list[FilterSpec]) -> FilterSet | None:
-        """The set of the watchlists and watchmaps these filters use, for the watch workers."""
+    def _watch_set(self, filters: list[FilterSpec], warm_up: bool = False) -> FilterSet | None:
+        """The set of the watchlists and watchmaps these filters use, for the watch workers (a warm-up's is
+        a set of its own, as in :meth:`_filter_set`)."""
         versions = self.plan.watch.chosen(used_by(filters))
         if not versions:
             return None
         register_jvm_function(self.spark, "PythonFilterCall")
-        return watch_set([v.for_workers() for v in versions], self.run_id)
+        return watch_set([v.for_workers() for v in versions], f"{self.run_id}{WARM_UP_LEDGER if warm_up else ''}")
 
     def _ledger_file(self, suffix: str = "") -> Path:
         return self.cfg.run_dir / f"filter_stream.{self.plan.name}.visit-caps{suffix}.ledger"
@@ -194,8 +197,8 @@ class RealtimeLane(Lane):
         self.take_plan()
         brokers = self.brokers()
         self._open_ledger(any(b.max_alerts_per_visit is not None for b in brokers))
-        python = _python(lane_filters(self.plan, brokers))
-        if python and self.errors is None and self.monitor.follower is not None:
+        filters = lane_filters(self.plan, brokers)
+        if (_python(filters) or used_by(filters)) and self.errors is None and self.monitor.follower is not None:
             self.errors = FilterErrorWatch()
             self.monitor.follower.on(FILTER_ERROR_KIND, self.errors.heard)
         rows = self._rows(self.source, self._ledger_address(self.ledger) if self.ledger else "")

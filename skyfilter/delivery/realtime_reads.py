@@ -6,8 +6,8 @@ alerts-read counter would jump once per period.  Each input row passes through
 skyfilter's read-mark function (``skyfilter/spark/jvm/ReadMarks.java``) instead,
 which notes per partition the next offset and the rows read; the tasks of a
 local master run in the driver's JVM, where the monitor reads the marks.  On a
-cluster master the marks stay in the executors' JVMs: the lane is then measured
-from its checkpoint.
+cluster master the executors send their marks to the driver's JVM as they move
+(five times a second), so the lane is measured the same way there.
 """
 
 from __future__ import annotations
@@ -21,29 +21,28 @@ from skyfilter.core.lanes import LaneName
 from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.read_positions import marked_positions, start_positions
 from skyfilter.plan.stream_plan import StreamPlan
-from skyfilter.spark.internals import READ_MARK_FUNCTION, read_marks, register_jvm_function
+from skyfilter.spark.internals import READ_MARK_FUNCTION, read_marks, register_jvm_function, serve_read_marks
 
 
-def reader_name(stream: str) -> str:
-    """The name a stream's Real-time tasks mark their reads under."""
-    return f"{stream}:{LaneName.REALTIME}"
+def reader_name(spark: SparkSession, stream: str, local_master: bool) -> str:
+    """The name a stream's Real-time tasks mark their reads under; on a cluster master, with the address the
+    executors send their marks to (the driver listens from now on, at ``spark.driver.host``)."""
+    name = f"{stream}:{LaneName.REALTIME}"
+    return name if local_master else name + serve_read_marks(spark, spark.conf.get("spark.driver.host"))
 
 
-def marked_reads(spark: SparkSession, stream: str, source: DataFrame) -> DataFrame:
+def marked_reads(spark: SparkSession, reader: str, source: DataFrame) -> DataFrame:
     """The Kafka source ``source`` of a stream's Real-time lane, each row marking where its task read to."""
     register_jvm_function(spark, "ReadMarks")
-    return source.where(F.call_function(READ_MARK_FUNCTION, F.lit(reader_name(stream)), "topic", "partition",
+    return source.where(F.call_function(READ_MARK_FUNCTION, F.lit(reader), "topic", "partition",
                                         "offset", F.unix_millis("timestamp")))
 
 
 def watch_realtime_reads(spark: SparkSession, cfg: Config, monitor: StreamMonitor, plan: StreamPlan,
-                         interval: str, local_master: bool) -> None:
-    """Measure the Real-time lane from its read marks: its lag (where none was made yet, from where it started)
-    and its alerts read, as they are read; on a cluster master, from its checkpoint."""
-    checkpoint, topic, reader = plan.lane_checkpoint(LaneName.REALTIME), plan.topic, reader_name(plan.name)
-    if not local_master:
-        monitor.add_lane(LaneName.REALTIME, checkpoint, f"realtime {interval}")
-        return
+                         interval: str, reader: str) -> None:
+    """Measure the Real-time lane from the read marks of ``reader``: its lag (where none was made yet, from where
+    it started) and its alerts read, as they are read."""
+    checkpoint, topic = plan.lane_checkpoint(LaneName.REALTIME), plan.topic
     latest = LatestOffsets(cfg)
     try:
         started = start_positions(checkpoint, topic, latest(topic), str(cfg.stream.starting_offsets))

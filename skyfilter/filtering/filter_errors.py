@@ -6,7 +6,8 @@ quarantined sooner: the query writes one ``filter_error`` record to the
 delivery log, in the same Kafka write as its broker messages; the stream's
 delivery log follower (``skyfilter/lanes/log_follower.py``) hears them as they
 come and :class:`FilterErrorWatch` keeps them for the stream's main loop to
-hand to the quarantine (``skyfilter/plan/quarantine.py``).
+hand to the quarantine (``skyfilter/plan/quarantine.py``).  A watch worker that
+cannot start is reported the same way, for each filter reading lists or maps.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from skyfilter.filtering.filter_eval import PYTHON_COLUMN, REPORT_FIELD, merge_r
 KIND = "filter_error"
 
 
-def error_record(lane: str) -> Column:
-    """The JSON value of a delivery-log ``filter_error`` record: the lane and the failing filters' report,
-    null on rows where no filter failed."""
-    report = F.col(PYTHON_COLUMN)[REPORT_FIELD]
+def error_record(lane: str, report: Column | None = None) -> Column:
+    """The JSON value of a delivery-log ``filter_error`` record: the lane and the failing filters' report
+    (by default the Python filters'), null on rows where no filter failed."""
+    report = F.col(PYTHON_COLUMN)[REPORT_FIELD] if report is None else report
     return F.when(report.isNotNull(), F.to_json(F.struct(F.lit(KIND).alias("kind"), F.lit(lane).alias("lane"),
                                                          report.alias("report"))))
 

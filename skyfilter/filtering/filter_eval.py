@@ -28,6 +28,7 @@ from pyspark.sql.functions import pandas_udf
 
 from skyfilter.core.filter_loader import FilterProblem, FilterSpec, filter_function
 from skyfilter.filtering.sql_filters import analyze_sql, explain
+from skyfilter.filtering.watch_columns import references
 from skyfilter.spark.internals import arrow_schema_of
 from skyfilter.spark.steps import Step, apply_steps, drop, with_columns
 
@@ -260,10 +261,11 @@ def worker_filter_set(specs: list[FilterSpec], frame: DataFrame) -> tuple[list[d
 
 
 def filter_steps(specs: list[FilterSpec], accepted: Column, budget_s: float = 0.0, timings: bool = True,
-                 workers: FilterSet | None = None) -> list[Step]:
+                 workers: FilterSet | None = None, watch_down: Column | None = None) -> list[Step]:
     """The steps of :func:`add_filter_columns`, to build once and apply to many batches (``budget_s``,
     ``timings``: see :func:`python_filters_column`; with ``workers``, the Python filters are those workers'
-    set, called alert by alert instead of in a pandas UDF)."""
+    set, called alert by alert instead of in a pandas UDF).  ``watch_down``: true where the watch worker
+    could not answer; the filters reading lists or maps have no verdict there (so no match)."""
     python_specs = [s for s in specs if s.kind == "python"]
     python = {PYTHON_COLUMN: python_filters_column(python_specs, accepted, budget_s, timings)} \
         if python_specs and workers is None else {}
@@ -275,5 +277,7 @@ def filter_steps(specs: list[FilterSpec], accepted: Column, budget_s: float = 0.
     verdicts = {}
     for spec in specs:
         raw = F.expr(spec.condition) if spec.kind == "sql" else F.col(PYTHON_COLUMN)[spec.name]
+        if watch_down is not None and references(spec):
+            raw = F.when(~watch_down, raw)
         verdicts[filter_column(spec.name)] = accepted & F.coalesce(raw, F.lit(False))
     return [*python_steps, with_columns(verdicts)]

@@ -46,6 +46,8 @@ MATCHES_TYPE = T.ArrayType(MATCH_TYPE)
 WATCH_MATCHES_DDL = MATCHES_TYPE.simpleString()  # the ``watch`` column of the matches tables
 REFERENCE = re.compile(r"\bwatch(list|map)s\s*\.\s*`?([A-Za-z_][A-Za-z0-9_]*)`?", re.IGNORECASE)
 _ANSWER, _FLAT = "_watch_answer", "_watch"
+WATCH_DOWN_COLUMN = "_watch_down"  # Real-time Mode: why the watch worker could not answer ("" once said), else null
+_DOWN = "!"  # PythonFilterCall.WATCH_DOWN: the first character of a watch worker's answer when it cannot start
 
 
 @dataclass(frozen=True)
@@ -160,8 +162,11 @@ def watch_steps(versions: tuple[StoredVersion, ...], ra: str, dec: str, accepted
                                                                                                    *position)})]
     else:
         row = F.to_json(F.struct(position[0].alias("ra"), position[1].alias("dec")))
+        answer, down = F.col(_ANSWER), F.col(_ANSWER).startswith(_DOWN)
         flat = [with_columns({_ANSWER: F.when(accepted, workers.call(row))}),
-                with_columns({_FLAT: F.from_json(F.col(_ANSWER), result)}), drop(_ANSWER)]
+                with_columns({_FLAT: F.from_json(F.when(~down, answer), result),
+                              WATCH_DOWN_COLUMN: F.when(down, F.expr(f"substring({_ANSWER}, 2)"))}),
+                drop(_ANSWER)]
     structured = {}
     for kind in KINDS:
         members = [(i, v) for i, v in enumerate(versions) if v.kind == kind]
@@ -170,6 +175,17 @@ def watch_steps(versions: tuple[StoredVersion, ...], ra: str, dec: str, accepted
                 F.struct(*[_flat_field(i, n, n == _OUTPUTS[kind][0][0]) for n, _ in _OUTPUTS[kind]],
                          F.lit(v.version).cast("long").alias("version")).alias(v.name) for i, v in members])
     return [*flat, with_columns(structured), drop(_FLAT)]
+
+
+def watch_down_report(specs: list[FilterSpec]) -> Column:
+    """Real-time Mode: on the alert where the watch worker was first found unable to start, the failure report
+    (as :func:`~skyfilter.filtering.filter_eval.merge_reports` reads it) of each filter reading lists or maps;
+    null elsewhere.  The stream quarantines those filters; the others go on."""
+    down = F.col(WATCH_DOWN_COLUMN)
+    entry = F.struct(F.lit(0.0).alias("seconds"), down.alias("error"), F.col("alert_id").alias("sample"))
+    readers = [spec.name for spec in specs if references(spec)]
+    pairs = [part for name in readers for part in (F.lit(name), entry)]
+    return F.when(down.isNotNull() & (down != ""), F.to_json(F.create_map(*pairs)))
 
 
 def _flat_field(position: int, field: str, flag: bool) -> Column:

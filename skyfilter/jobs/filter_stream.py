@@ -137,7 +137,10 @@ def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, topic: 
     """Build the plan, start the lanes and run them until the job is told to stop."""
     run_plan = with_slots(run_plan, cfg)
     spark = spark or session_for(cfg, run_plan)
-    run_plan = on_master(run_plan, cfg, spark.sparkContext.master, int(spark.sparkContext.defaultParallelism))
+    run_plan, fitted = on_master(run_plan, cfg, spark.sparkContext.master,
+                                 int(spark.sparkContext.defaultParallelism))
+    if fitted:
+        log(fitted)
     plan = build_plan(spark, cfg, topic, name, cfg.path("stream.filters_dir"), cfg.path("stream.brokers"), schema)
     for problem in plan.problems:
         log(f"filter problem: {problem}")

@@ -39,7 +39,7 @@ from skyfilter.core.topics import ensure_topics, topic_partitions
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.delivery.micro_batches import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
 from skyfilter.delivery.realtime import RealtimeLane
-from skyfilter.delivery.realtime_reads import marked_reads, watch_realtime_reads
+from skyfilter.delivery.realtime_reads import marked_reads, reader_name, watch_realtime_reads
 from skyfilter.delivery.realtime_split import broker_refusal, split_line
 from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.lanes.delivery_log import SummaryWriter, delivered_so_far
@@ -142,11 +142,12 @@ class StreamJob:
         settings = cfg.stream.realtime
         if realtime:
             self._check_slots()
+            self.reader = reader_name(self.spark, plan.name, local_master)
             self.log(split_line(plan, settings))
             self.realtime = RealtimeLane(self.services, self._source(LaneName.REALTIME),
                                          self.triggers.realtime_interval, self.summaries, quarantine, local_master)
             watch_realtime_reads(self.spark, self.cfg, self.monitor, self.plan, self.triggers.realtime_interval,
-                                 local_master)
+                                 self.reader)
             with scheduler_pool(self.spark, LaneName.REALTIME):
                 self.realtime.warm_up()
                 self.realtime.pass_first_boundary()
@@ -238,7 +239,7 @@ class StreamJob:
         topics = topics or [self.plan.topic]
         reader = (self.spark.readStream.format("kafka").options(**options).option("subscribe", ",".join(topics))
                   .option("startingOffsets", for_topics(str(self.cfg.stream.starting_offsets), topics)))
-        return marked_reads(self.spark, self.plan.name, reader.load()) if lane == LaneName.REALTIME else reader
+        return marked_reads(self.spark, self.reader, reader.load()) if lane == LaneName.REALTIME else reader
 
     def _ensure_input_topic(self) -> None:
         """Create the input topic if its schema was registered before it was created (Spark's Kafka source fails

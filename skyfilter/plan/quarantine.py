@@ -79,6 +79,8 @@ class Quarantine:
         states = {s.name: FilterState(s.name, s.kind, "enabled" if s.name in enabled else "unused", "", s.digest)
                   for s in specs}
         running = {s.name: s for s in self.plan.filters}
+        for name, spec in running.items():  # brokers' watchlist/watchmap subscriptions: filters without a file
+            states.setdefault(name, FilterState(name, spec.kind, "enabled", "", spec.digest))
         for problem in self.plan.problems:
             if isinstance(problem, FilterProblem):
                 name = problem.path.stem

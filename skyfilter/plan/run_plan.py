@@ -187,11 +187,26 @@ def with_slots(run: RunPlan, cfg: Config, cores: int | None = None) -> RunPlan:
     return replace(run, slots=slots)
 
 
-def on_master(run: RunPlan, cfg: Config, master: str, cores: int) -> RunPlan:
+def on_master(run: RunPlan, cfg: Config, master: str, cores: int) -> tuple[RunPlan, str]:
     """``run`` settled again for the master Spark runs on, when that is a cluster and ``run`` was settled for a
-    local one (under spark-submit, ``--master`` is known only once the session runs)."""
-    if local_cores(master) is not None or not run.local_master:
-        return run
-    settled, _ = settle_run(cfg, run.name, next(k for k, v in LANE_CHOICES.items() if v == run.lanes),
-                            run.triggers.available_now, master)
-    return with_slots(settled, cfg, cores)
+    local one (under spark-submit, ``--master`` is known only once the session runs), and fitted to the
+    ``cores`` (task slots) Spark has; with the line saying what ``--trigger auto`` changed ("" if nothing)."""
+    if local_cores(master) is None and run.local_master:
+        settled, _ = settle_run(cfg, run.name, next(k for k, v in LANE_CHOICES.items() if v == run.lanes),
+                                run.triggers.available_now, master)
+        run = with_slots(settled, cfg, cores)
+    return fit_to_slots(run, cfg, cores)
+
+
+def fit_to_slots(run: RunPlan, cfg: Config, available: int) -> tuple[RunPlan, str]:
+    """Under ``--trigger auto``, micro-batches when Spark has fewer task slots than Real-time Mode's long-lived
+    tasks and the other lanes need (a small cluster); with the line saying so ("" when Real-time Mode fits).
+    An explicit ``--trigger realtime`` is left to fail with the slots it needs."""
+    need = run.slots.realtime + run.slots.archive + run.slots.archive_log + min(run.slots.delivery, 1)
+    if not run.realtime or cfg.stream.trigger.strip().lower() != "auto" or available >= need:
+        return run, ""
+    batches = replace(run, triggers=replace(run.triggers, delivery="0s"), batch_brokers=())
+    return with_slots(batches, cfg, available), (
+        f"trigger auto -> 0: Real-time Mode needs {need} task slots here (one per partition of '{run.topic}', "
+        f"{run.slots.realtime}, and the other lanes') and Spark has {available}: micro-batches back to back "
+        f"(more executor cores bring Real-time Mode back)")

@@ -213,6 +213,14 @@ def read_marks(spark: SparkSession, reader: str) -> dict[tuple[str, int], tuple[
     return marks
 
 
+@internal("a Real-time query reports its offsets only at checkpoints: on a cluster the executors' read marks "
+          "reach the driver's JVM through skyfilter's own listener, started through py4j")
+def serve_read_marks(spark: SparkSession, host: str) -> str:
+    """Have the driver's JVM listen for the executors' read marks; the suffix (``@host:port/token``) of a
+    reader's name whose marks the executors send to ``host``."""
+    return str(_jvm(spark).skyfilter.ReadMarks.serve(host))
+
+
 @internal("inside a task Spark 4.2 builds a SQL configuration per nested field it decodes; the thread-local that "
           "holds one per task is private to Spark, so skyfilter's plugin (spark/jvm/TaskConf.java) sets it")
 def task_conf_state(spark: SparkSession) -> tuple[bool, int]:

@@ -38,8 +38,9 @@ import org.apache.spark.sql.types.DataTypes;
  * character per filter ({@code 1} match, {@code 0} no match, {@code n} no verdict), then, when
  * a filter failed on this alert, a line break and the failures as JSON.  A worker that cannot
  * start answers "no verdict" for each filter of the set, with the reason as every filter's
- * failure, once per set (the stream quarantines them; the other filters go on); a watch set's
- * worker that cannot start fails the task.
+ * failure, once per set (the stream quarantines them; the other filters go on).  A watch set's
+ * worker that cannot start answers {@value #WATCH_DOWN} (with the reason, once per set): the
+ * filters reading the lists and maps get no verdict and are quarantined.
  */
 public final class PythonFilterCall implements UDF4<String, String, String, String, String> {
 
@@ -47,9 +48,11 @@ public final class PythonFilterCall implements UDF4<String, String, String, Stri
     private static final long serialVersionUID = 1L;
     private static final ThreadLocal<Map<String, SocketChannel>> CONNECTIONS = ThreadLocal.withInitial(HashMap::new);
     private static final Map<String, FilterWorker> WORKERS = new ConcurrentHashMap<>();
-    private static final Set<String> REPORTED = ConcurrentHashMap.newKeySet();  // sets told their worker is down
+    private static final Set<String> REPORTED = ConcurrentHashMap.newKeySet();  // role/set told its worker is down
     private static final ObjectMapper JSON = new ObjectMapper();
     private static final int ATTEMPTS = 4;  // one request, and three after the worker was found gone
+    /** The first character of a watch set's answer while its worker cannot start. */
+    public static final String WATCH_DOWN = "!";
 
     /** Register {@value #FUNCTION} in a session (non-deterministic: called once per row, never folded). */
     public static void register(SparkSession spark) {
@@ -69,7 +72,7 @@ public final class PythonFilterCall implements UDF4<String, String, String, Stri
             socket = worker.socket();
             worker.publish(setId, content);
         } catch (IOException down) {
-            return unavailable(setId, content, row, down);
+            return unavailable(role + "/" + setId, content, row, down);
         }
         IOException failure = null;
         for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
@@ -88,18 +91,19 @@ public final class PythonFilterCall implements UDF4<String, String, String, Stri
     }
 
     /** The answer while the worker cannot start: no verdicts, and (once per set) the reason for each filter. */
-    private static String unavailable(String setId, String content, String row, IOException down) {
+    private static String unavailable(String setKey, String content, String row, IOException down) {
         JsonNode set;
         try {
             set = JSON.readTree(content);
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
+        boolean first = REPORTED.add(setKey);
         if (!set.has("filters")) {
-            throw new UncheckedIOException(down);
+            return first ? WATCH_DOWN + down.getMessage() : WATCH_DOWN;
         }
         String verdicts = "n".repeat(set.get("filters").size());
-        if (!REPORTED.add(setId)) {
+        if (!first) {
             return verdicts;
         }
         String sample;
