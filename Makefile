@@ -86,7 +86,7 @@ docs: $(VENV)/.installed
 	$(PY) -m mkdocs build --strict --site-dir $(LOCAL)/site
 
 # Benchmarks, not tests: results (JSON, CSV, Markdown, PNG) go to bench/results, runs to .local/bench/bench_runs.
-BENCH ?= producer stages grid user-path broker-load visit-burst side-by-side filter-scaling trigger-sweep sustained catch-up
+BENCH ?= producer stages grid user-path broker-load visit-burst side-by-side filter-scaling trigger-sweep sustained catch-up cap-ledger
 bench: setup
 	set -e; for experiment in $(BENCH); do $(VENV)/bin/skyfilter bench $$experiment $(BENCH_ARGS); done
 	$(PY) -m bench.report  # the tables and plots in docs/ come from bench/results, never by hand

@@ -27,6 +27,11 @@ was delivered and appended by then (``bench/metrics_scrape.py``): how old the
 latency histograms' count, the alerts-read counter and the lag were (issue 49's
 target: no older than 10 s with a scrape every 5 s).
 
+A variant with the setting ``master=cluster`` is submitted with ``--master`` to a
+local standalone cluster the benchmark starts (master + 2 workers of
+``--cluster-cores`` cores): the same load on a cluster beside a local master, e.g.
+``--variants local,cluster:master=cluster --set archive.process=separate``.
+
 Measured: delivery latency of every match (its broker message's Kafka
 timestamp minus its alert's input timestamp, from the first alert sent),
 p50-p99.9 and max, also for the brokers with a Python filter; the archive's
@@ -38,6 +43,7 @@ Writes ``user_path.{json,csv,md,png}``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -64,6 +70,7 @@ from skyfilter.core.processes import free_port
 TARGETS = {"realtime": {"p99_s": 0.2, "p999_s": 0.5, "python_p99_s": 0.3, "backlog_cleared_s": 60.0,
                         "recovered_p99_s": 0.2, "metrics_delivered_stale_max_s": 10.0},
            "0": {"p99_s": 2.0, "metrics_delivered_stale_max_s": 10.0}}
+CLUSTER_SETTING = "master=cluster"  # a variant submitted to a local standalone cluster (master + 2 workers)
 SETTLE_S = 10.0  # after `running:`, as the independent probe of issue 48 waited
 RECOVERY_S = 60.0  # after a restart's `running:`, delivery is to be back under its target (issue 48)
 
@@ -93,6 +100,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--brokers", type=int, default=20, help="brokers (default 20)")
     parser.add_argument("--cuts", choices=CUTS, default="tight", help="filter cuts (default tight)")
     parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
+    parser.add_argument("--cluster-cores", type=int, default=5,
+                        help=f"cores each of the 2 workers offers to a '{CLUSTER_SETTING}' variant, which this "
+                             f"benchmark starts a local standalone cluster for (default 5, as docker/ does)")
     add_settings_argument(parser, "a config setting of every run's stream")
     add_common_arguments(parser)
     return parser.parse_args(argv)
@@ -110,7 +120,7 @@ def parse_variants(text: str) -> list[tuple[str, list[str]]]:
 class Job:
     """``spark-submit pipelines/filter_stream.py`` as a process group of its own, its lines kept."""
 
-    def __init__(self, argv: list[str], log_file: Path):
+    def __init__(self, argv: list[str], log_file: Path, submit: tuple[str, ...] = ()):
         spark_submit = Path(sys.executable).parent / "spark-submit"
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
                "PYTHONUNBUFFERED": "1"}
@@ -118,8 +128,9 @@ class Job:
         self.lines: list[str] = []
         self.running_at: float | None = None  # when the job printed its `running:` line (epoch s)
         with log_file.open("a") as handle:
-            handle.write(f"$ spark-submit pipelines/filter_stream.py {' '.join(argv)}\n")
-        self.process = subprocess.Popen([str(spark_submit), str(ROOT / "pipelines" / "filter_stream.py"), *argv],
+            handle.write(f"$ spark-submit {' '.join(submit)} pipelines/filter_stream.py {' '.join(argv)}\n")
+        self.process = subprocess.Popen([str(spark_submit), *submit, str(ROOT / "pipelines" / "filter_stream.py"),
+                                         *argv],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                         start_new_session=True, cwd=ROOT)
         threading.Thread(target=self._read, daemon=True).start()
@@ -157,8 +168,10 @@ class Job:
 
 
 def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str, settings: list[str],
-                kafka_node) -> dict:
-    """One variant: backlog, start, settle, send (and restart), drain; its latencies, archive lag and CPU."""
+                kafka_node, cluster=None) -> dict:
+    """One variant: backlog, start, settle, send (and restart), drain; its latencies, archive lag and CPU.
+    ``cluster``: the local standalone cluster (a running ``SparkStandalone``) a ``master=cluster`` variant
+    is submitted to."""
     from bench.alert_cache import CachedSource
     from bench.cpu import cpu_now, cpu_used
     from bench.filter_sets import write_broker_load
@@ -174,7 +187,11 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
                 lambda line: None)
     argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters), "--brokers", str(brokers_file),
             "--trigger", args.trigger, "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir)]
-    for setting in [*args.sets, *settings]:
+    on_cluster = CLUSTER_SETTING in settings
+    submit = ("--master", cluster.master_url) if on_cluster else ()
+    daemons = (lambda: tuple(p for d in [cluster.master, *cluster.worker_daemons()] if (p := d.pid()))) \
+        if on_cluster else tuple
+    for setting in [*args.sets, *[s for s in settings if s != CLUSTER_SETTING]]:
         flag, _, value = setting.partition("=")
         argv += [flag, value] if flag.startswith("--") else ["--set", setting]
     archives = "--lane=delivery" not in settings
@@ -184,7 +201,7 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
         argv += ["--set", f"monitoring.port={port}", "--set", f"monitoring.archive_port={free_port(port + 1)}"]
     log_file = cfg.state_dir / "run" / f"user_path.{safe}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    job = Job(argv, log_file)
+    job = Job(argv, log_file, submit)
     restarted_at, running_again, scraper, scrapes, scraped_until = None, None, None, [], None
     try:
         job.wait_running()
@@ -192,7 +209,7 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
         scraper = MetricsScraper(cfg, f"http://127.0.0.1:{port}/metrics", topic, args.scrape_every).start() \
             if scraping else None
         measured_from = time.time()
-        cpu_before, cpu_spent = cpu_now(job.process.pid, kafka_node()), None
+        cpu_before, cpu_spent = cpu_now(job.process.pid, kafka_node(), daemons()), None
         sent: list = []
         sender = threading.Thread(target=lambda: sent.append(send_source(
             cfg, topic, CachedSource(cached, max(1, round(args.seconds)), schema), schema, 1.0, args.producers,
@@ -200,13 +217,13 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
         sender.start()
         if args.restart_at:
             time.sleep(args.restart_at)
-            cpu_spent = cpu_used(cpu_before, cpu_now(job.process.pid, kafka_node()))
+            cpu_spent = cpu_used(cpu_before, cpu_now(job.process.pid, kafka_node(), daemons()))
             scrapes, scraped_until = (scraper.stop(), time.time()) if scraper is not None else ([], None)
             scraper = None  # the restarted job counts from 0 again: freshness is judged before the kill
             job.kill()
             restarted_at = time.time() - measured_from
-            job = Job(argv, log_file)
-            cpu_before = cpu_now(job.process.pid, kafka_node())
+            job = Job(argv, log_file, submit)
+            cpu_before = cpu_now(job.process.pid, kafka_node(), daemons())
             job.wait_running()
             running_again = job.running_at - measured_from
         sender.join()
@@ -220,7 +237,7 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
         archived_after = _wait_archived(alerts_table, measured_from, report.alerts, 900) if archives else None
         archived_s = None if archived_after is None else round(archived_after - sending_ended, 1)
         wait_until_quiet(cfg, [f"filtered.{broker}" for broker in brokers], QUIET_S, 600)
-        cpu = cpu_used(cpu_before, cpu_now(job.process.pid, kafka_node()))
+        cpu = cpu_used(cpu_before, cpu_now(job.process.pid, kafka_node(), daemons()))
         if cpu_spent is not None:
             cpu = {part: round(cpu[part] + cpu_spent[part], 1) for part in cpu}
     finally:
@@ -240,7 +257,8 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
             **{f"metrics_{key}": value for key, value in freshness(
                 scrapes, delivered_at, args.rate, measured_from, scraped_until or measured_from).items()},
             "cpu_driver_s": cpu["driver"], "cpu_archive_s": cpu["archive"], "cpu_kafka_s": cpu["kafka"],
-            "cpu_other_s": cpu["other"], "exit_code": code, "latencies_ms": every, "timeline": timeline}
+            "cpu_cluster_s": cpu["cluster"] if on_cluster else None, "cpu_other_s": cpu["other"],
+            "exit_code": code, "latencies_ms": every, "timeline": timeline}
 
 
 def after_restart(timeline: list[tuple[float, float]], running_at: float | None) -> dict:
@@ -316,9 +334,11 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, min(args.cached_visits, max(1, round(args.seconds))),
                                args.rate, args.stamps, progress=not args.quiet)
-        with RssSampler({"benchmark and job": lambda: os.getpid(), "kafka": kafka_pid(cluster)}) as memory:
+        with RssSampler({"benchmark and job": lambda: os.getpid(), "kafka": kafka_pid(cluster)}) as memory, \
+                spark_cluster(cfg, args, any(CLUSTER_SETTING in s for _, s in variants)) as standalone:
             for variant, settings in variants:
-                rows.append(run_variant(cfg, args, cached, schema, run_id, variant, settings, kafka_pid(cluster)))
+                rows.append(run_variant(cfg, args, cached, schema, run_id, variant, settings, kafka_pid(cluster),
+                                        standalone))
     columns = [("variant", "variant"), ("settings", "settings"), ("alerts", "alerts"),
                ("messages", "broker messages"), ("p50_s", "p50 s"), ("p95_s", "p95 s"), ("p99_s", "p99 s"),
                ("p999_s", "p99.9 s"), ("max_s", "max s"), ("python_p99_s", "Python brokers p99 s"),
@@ -331,6 +351,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                ("metrics_read_behind_max_s", "alerts read max s behind"),
                ("metrics_lag_shown_max_s", "lag shown max s"), ("cpu_driver_s", "CPU s: driver"),
                ("cpu_archive_s", "CPU s: archive"), ("cpu_kafka_s", "CPU s: Kafka"),
+               ("cpu_cluster_s", "CPU s: cluster (executors, workers)"),
                ("cpu_other_s", "CPU s: producers, rest"), ("exit_code", "exit")]
     notes = [f"Per variant: a fresh topic holding {args.backlog_visits} visit(s) of {args.rate} alerts; "
              f"`spark-submit pipelines/filter_stream.py --trigger {args.trigger}` under a new --name (both lanes, "
@@ -347,6 +368,28 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     return write_results(args.results, "user_path", "Started as users start it: latency per variant",
                          table_rows, columns, notes, settings_of(args), args.command, _plot(rows), memory.peaks(),
                          runs_table(args), memory.peak_breakdown())
+
+
+@contextlib.contextmanager
+def spark_cluster(cfg, args: argparse.Namespace, wanted: bool):
+    """A local standalone cluster (master + 2 workers of ``--cluster-cores``) for the run's ``master=cluster``
+    variants, stopped by pid at the end; None when no variant asks for one."""
+    if not wanted:
+        yield None
+        return
+    from skyfilter.core.spark_cluster import SparkStandalone
+
+    cluster_cfg = cfg.copy()
+    cluster_cfg.set("state_dir", str(args.state_dir / "spark-cluster"))
+    cluster_cfg.set("spark_cluster.master_port", free_port(17077))
+    cluster_cfg.set("spark_cluster.master_webui_port", free_port(18080))
+    cluster_cfg.set("spark_cluster.worker_cores", args.cluster_cores)
+    standalone = SparkStandalone(cluster_cfg, workers=2)
+    standalone.start()
+    try:
+        yield standalone
+    finally:
+        standalone.stop()
 
 
 def _plot(rows: list[dict]):

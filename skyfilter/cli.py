@@ -228,6 +228,7 @@ BENCHMARKS = {
     "catch-up": ("bench.catch_up", "a night's backlog caught up in bounded batches"),
     "stages": ("bench.stages", "each stage of the hot path (read, decode, archive, sink) timed alone"),
     "watchlists": ("bench.watchlists", "delivery latency and memory with a 0 to 10,000,000-source watchlist"),
+    "cap-ledger": ("bench.cap_ledger", "what a per-visit cap costs per capped alert, in the JVM and over TCP"),
 }
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from bench.alert_cache import CachedSource, cached_visits
 from bench.broker_load import main as broker_load
+from bench.cap_ledger import main as cap_ledger
 from bench.catch_up import main as catch_up
 from bench.filter_scaling import main as filter_scaling
 from bench.grid import main as grid
@@ -213,6 +214,13 @@ def test_catch_up_runs_on_a_tiny_backlog(kafka_cfg, tmp_path, capsys):
 def test_stages_times_each_part_of_the_hot_path(kafka_cfg, spark, tmp_path, capsys):
     result = _run(stages, "stages", ["--alerts", "20", "--repeats", "1", "--no-stamps"], kafka_cfg, tmp_path, capsys)
     assert len(result["results"]) == 10 and all(r["best_s"] > 0 for r in result["results"])
+
+
+def test_cap_ledger_times_admissions_in_the_jvm_and_over_tcp(kafka_cfg, spark, tmp_path, capsys):
+    result = _run(cap_ledger, "cap_ledger", ["--alerts", "300", "--repeats", "1"], kafka_cfg, tmp_path, capsys)
+    in_jvm, admitted, refused = result["results"]
+    assert in_jvm["mean_us"] >= 0 and 0 < refused["p50_us"] <= refused["p99_us"]
+    assert 0 < admitted["p50_us"] <= admitted["p99_us"] and admitted["alerts"] == 300
 
 
 def test_docs_tables_and_plots_are_refreshed_from_the_results(tmp_path):
