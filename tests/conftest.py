@@ -181,6 +181,14 @@ def standalone_cluster(cfg: Config, folder: Path, worker_cores: int | None = Non
     assert len(stopped) == 3, "the master and both workers were stopped by pid"
 
 
+@pytest.fixture(scope="session")
+def spark_standalone(kafka_cfg, tmp_path_factory):
+    """The test session's one Spark standalone cluster (master + 2 workers of 3 cores: Real-time Mode's 3
+    long-lived tasks still fit once a worker is lost), started when a test first asks for it."""
+    with standalone_cluster(kafka_cfg, tmp_path_factory.mktemp("standalone"), worker_cores=3) as cluster:
+        yield cluster
+
+
 def stream_folder(folder: Path, filters: dict[str, str], brokers: str) -> Path:
     """``folder`` with a stream's inputs: ``filters/`` (file name -> text) and ``brokers.yaml``."""
     write_files(folder / "filters", filters)

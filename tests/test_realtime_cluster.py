@@ -41,7 +41,6 @@ from conftest import (
     check_topic,
     decode_messages,
     expected_deliveries,
-    standalone_cluster,
     stream_folder,
 )
 from skyfilter.core.avro_schemas import rubin_schema
@@ -136,7 +135,8 @@ def read_and_lag(url: str, wanted: int, deadline: float) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_cfg, spark, tmp_path):
+def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_cfg, spark, tmp_path,
+                                                                          spark_standalone):
     folder = stream_folder(tmp_path / "stream", {"bright.sql": "diaSource.snr > 20", "snr10.sql": LITE_SQL,
                                                  "negative.py": NEGATIVE_PY}, BROKERS)
     alerts = {}
@@ -147,39 +147,39 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
     watch_command(kafka_cfg, "watchlist", "add", "rtc_agn", str(folder / "agn.csv"))
     open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), same_alerts=True)
 
-    # 6 slots: the 3 partitions' long-lived tasks still fit once a worker is lost
-    with standalone_cluster(kafka_cfg, tmp_path, worker_cores=3) as cluster:
-        metrics_port = free_port(19474)
-        job, lines = submit(kafka_cfg, cluster, folder, TOPIC, "rtc", tmp_path, metrics_port=metrics_port)
-        try:
-            produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
-                                              stamps=True, seed=SEED, night=NIGHT, progress=False),
-                    log=lambda line: None)
-            deadline = time.monotonic() + 60
-            while not (workers := executor_workers()) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            assert workers, "no filter worker runs beside an executor:\n" + "\n".join(lines[-40:]) + "\n" + \
-                "\n".join(" ".join(p.info["cmdline"] or [])[:300] for p in psutil.process_iter(["cmdline"])
-                          if "filter_workers" in " ".join(p.info["cmdline"] or []))
-            killed = next(iter(workers))
-            os.kill(killed, signal.SIGKILL)  # one executor's worker, alone; the next alerts find it gone
-            produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
-                                              stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=3),
-                    log=lambda line: None)
-            after = executor_workers()
-            sent = time.monotonic()
-            before_loss = 4 * PER_VISIT
-            read, lag = read_and_lag(f"http://127.0.0.1:{metrics_port}/metrics", before_loss, sent + 20)
-            read_after_s = time.monotonic() - sent
-            lost = kill_worker_with_a_filter_worker(cluster)  # a machine lost: worker, executor, filter workers
-            produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
-                                              stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=5),
-                    log=lambda line: None)
-            cluster.start()  # the machine comes back (the stream does not wait for it)
-            assert job.wait(timeout=300) == 0, "\n".join(lines[-40:])
-        finally:
-            if job.poll() is None:
-                job.kill()
+    cluster = spark_standalone  # 6 slots: the 3 partitions' long-lived tasks still fit once a worker is lost
+    metrics_port = free_port(19474)
+    job, lines = submit(kafka_cfg, cluster, folder, TOPIC, "rtc", tmp_path, metrics_port=metrics_port)
+    try:
+        produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
+                                          stamps=True, seed=SEED, night=NIGHT, progress=False),
+                log=lambda line: None)
+        deadline = time.monotonic() + 60
+        while not (workers := executor_workers()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert workers, "no filter worker runs beside an executor:\n" + "\n".join(lines[-40:]) + "\n" + \
+            "\n".join(" ".join(p.info["cmdline"] or [])[:300] for p in psutil.process_iter(["cmdline"])
+                      if "filter_workers" in " ".join(p.info["cmdline"] or []))
+        killed = next(iter(workers))
+        os.kill(killed, signal.SIGKILL)  # one executor's worker, alone; the next alerts find it gone
+        produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
+                                          stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=3),
+                log=lambda line: None)
+        after = executor_workers()
+        sent = time.monotonic()
+        before_loss = 4 * PER_VISIT
+        read, lag = read_and_lag(f"http://127.0.0.1:{metrics_port}/metrics", before_loss, sent + 20)
+        read_after_s = time.monotonic() - sent
+        lost = kill_worker_with_a_filter_worker(cluster)  # a machine lost: worker, executor, filter workers
+        produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
+                                          stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=5),
+                log=lambda line: None)
+        cluster.start()  # the machine comes back (the stream does not wait for it)
+        assert job.wait(timeout=300) == 0, "\n".join(lines[-40:])
+    finally:
+        if job.poll() is None:
+            job.kill()
+        cluster.start()  # whatever happened, the session's cluster has both workers again
     text = "\n".join(lines)
     (tmp_path / "job.log").write_text(text)
     assert "5 of 5 broker(s) in Real-time Mode" in text and "micro-batches beside it" not in text, text[-3000:]
@@ -252,7 +252,7 @@ def kill_worker_with_a_filter_worker(cluster) -> int:
 
 @pytest.mark.slow
 def test_an_executor_that_cannot_start_its_workers_quarantines_those_filters_and_the_rest_delivers(
-        kafka_cfg, spark, tmp_path):
+        kafka_cfg, spark, tmp_path, spark_standalone):
     topic = "rtc-broken.alerts"
     folder = stream_folder(tmp_path / "stream", {"bright.sql": "diaSource.snr > 20", "negative.py": NEGATIVE_PY},
                            "brokers:\n  rtcb_sql:\n    filters: [bright]\n  rtcb_python:\n    filters: [negative]\n"
@@ -261,18 +261,18 @@ def test_an_executor_that_cannot_start_its_workers_quarantines_those_filters_and
     write_list(folder / "agn.csv", watchlist_rows({i: alerts[i] for i in sorted(alerts)[::3]}, "agn"))
     watch_command(kafka_cfg, "watchlist", "add", "rtcb_agn", str(folder / "agn.csv"))
     open_registry(kafka_cfg).register(subject_for(topic), rubin_schema("10.0"), same_alerts=True)
-    with standalone_cluster(kafka_cfg, tmp_path, worker_cores=2) as cluster:
-        # the filter workers' Python is missing on the executors (Spark's own Python works)
-        job, lines = submit(kafka_cfg, cluster, folder, topic, "rtcb", tmp_path,
-                            "--conf", "spark.skyfilter.filterWorkerPython=/nonexistent/bin/python")
-        try:
-            produce(kafka_cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
-                                              stamps=False, seed=SEED, night=NIGHT, progress=False),
-                    log=lambda line: None)
-            assert job.wait(timeout=300) == 0, "\n".join(lines[-40:])
-        finally:
-            if job.poll() is None:
-                job.kill()
+    cluster = spark_standalone
+    # the filter workers' Python is missing on the executors (Spark's own Python works)
+    job, lines = submit(kafka_cfg, cluster, folder, topic, "rtcb", tmp_path,
+                        "--conf", "spark.skyfilter.filterWorkerPython=/nonexistent/bin/python")
+    try:
+        produce(kafka_cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
+                                          stamps=False, seed=SEED, night=NIGHT, progress=False),
+                log=lambda line: None)
+        assert job.wait(timeout=300) == 0, "\n".join(lines[-40:])
+    finally:
+        if job.poll() is None:
+            job.kill()
     (tmp_path / "rtcb.log").write_text("\n".join(lines))
     for name in ("negative", "watchlist:rtcb_agn"):  # the Python filter's worker, and the watch worker
         said = [line for line in lines if f"filter '{name}' quarantined" in line]

@@ -16,12 +16,11 @@ import sys
 import time
 import urllib.request
 
-import pytest
 import yaml
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, standalone_cluster, stream_args
+from conftest import ROOT, stream_args
 from skyfilter.core.delivery import read_topic
 from skyfilter.core.processes import free_port
 from skyfilter.core.status import status_screen
@@ -57,13 +56,9 @@ def _table(spark, path):
     return spark.read.format("delta").load(str(path)).orderBy("kafka_partition", "kafka_offset").collect()
 
 
-@pytest.fixture()
-def standalone(kafka_cfg, tmp_path):
-    with standalone_cluster(kafka_cfg, tmp_path) as cluster:
-        yield cluster
-
-
-def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafka_cfg, spark, tmp_path, standalone):
+def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafka_cfg, spark, tmp_path,
+                                                                             spark_standalone):
+    standalone = spark_standalone
     night = "2026-11-20"
     options = dict(topic=TOPIC, visits=VISITS, alerts_per_visit=PER_VISIT, interval_s=0.0, stamps=True,
                    progress=False, night=night)

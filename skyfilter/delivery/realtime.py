@@ -148,11 +148,14 @@ class RealtimeLane(Lane):
         Spark caches generated code by its text and the JVM compiles what ran often, so
         the Real-time tasks find the decoding and filtering compiled, and the Kafka
         producer holding the output topics' metadata, instead of the first visit waiting
-        for them.  ``alerts``: how many probe alerts (default ``stream.realtime.warm_up_alerts``;
-        more let the JIT compile more before the night, at seconds per thousand).  The
+        for them.  ``alerts``: how many probe alerts (default ``stream.realtime.warm_up_alerts``,
+        times the task slots on a cluster; more let the JIT compile more before the night, at
+        seconds per thousand).  The
         probe's caps go to a ledger of their own, forgotten afterwards.
         """
         began, alerts = time.monotonic(), alerts or self.cfg.stream.realtime.warm_up_alerts
+        if not self.local_master:  # each executor JVM compiles for itself: every task slot gets a driver's share
+            alerts *= max(1, int(self.spark.sparkContext.defaultParallelism))
         probe = probe_batch(self.spark, self.plan, alerts)
         ledger = f"{self.plan.name}{WARM_UP_LEDGER}"
         capped = any(b.max_alerts_per_visit is not None for b in self.brokers())
