@@ -43,10 +43,7 @@ Writes ``user_path.{json,csv,md,png}``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -63,8 +60,9 @@ from bench.broker_load import (
     wait_until_quiet,
 )
 from bench.filter_sets import CUTS
-from bench.harness import ROOT, add_common_arguments, add_settings_argument, runs_table, settings_of
+from bench.harness import add_common_arguments, add_settings_argument, runs_table, settings_of
 from bench.metrics_scrape import MetricsScraper, freshness
+from bench.submitted_job import Job, spark_cluster
 from skyfilter.core.processes import free_port
 
 TARGETS = {"realtime": {"p99_s": 0.2, "p999_s": 0.5, "python_p99_s": 0.3, "backlog_cleared_s": 60.0,
@@ -115,56 +113,6 @@ def parse_variants(text: str) -> list[tuple[str, list[str]]]:
         name, _, settings = item.strip().partition(":")
         variants.append((name, [s for s in settings.split("+") if s]))
     return variants
-
-
-class Job:
-    """``spark-submit pipelines/filter_stream.py`` as a process group of its own, its lines kept."""
-
-    def __init__(self, argv: list[str], log_file: Path, submit: tuple[str, ...] = ()):
-        spark_submit = Path(sys.executable).parent / "spark-submit"
-        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               "PYTHONUNBUFFERED": "1"}
-        self.log_file = log_file
-        self.lines: list[str] = []
-        self.running_at: float | None = None  # when the job printed its `running:` line (epoch s)
-        with log_file.open("a") as handle:
-            handle.write(f"$ spark-submit {' '.join(submit)} pipelines/filter_stream.py {' '.join(argv)}\n")
-        self.process = subprocess.Popen([str(spark_submit), *submit, str(ROOT / "pipelines" / "filter_stream.py"),
-                                         *argv],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                        start_new_session=True, cwd=ROOT)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        with self.log_file.open("a") as handle:
-            for line in self.process.stdout:
-                if self.running_at is None and " running: " in line:
-                    self.running_at = time.time()
-                self.lines.append(line.rstrip())
-                handle.write(line)
-                handle.flush()
-
-    def wait_running(self, timeout_s: float = 600) -> None:
-        from skyfilter.core.errors import SkyfilterError
-
-        deadline = time.monotonic() + timeout_s
-        while self.running_at is None:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SkyfilterError(f"the stream job did not run (its output: {self.log_file}): "
-                                     f"{self.lines[-3:]}")
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(60)
-
-    def stop(self, timeout_s: float = 900) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return -9
 
 
 def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str, settings: list[str],
@@ -335,7 +283,8 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         cached = cached_visits(args.state_dir / "cache", schema, min(args.cached_visits, max(1, round(args.seconds))),
                                args.rate, args.stamps, progress=not args.quiet)
         with RssSampler({"benchmark and job": lambda: os.getpid(), "kafka": kafka_pid(cluster)}) as memory, \
-                spark_cluster(cfg, args, any(CLUSTER_SETTING in s for _, s in variants)) as standalone:
+                spark_cluster(cfg, args.state_dir, args.cluster_cores,
+                              any(CLUSTER_SETTING in s for _, s in variants)) as standalone:
             for variant, settings in variants:
                 rows.append(run_variant(cfg, args, cached, schema, run_id, variant, settings, kafka_pid(cluster),
                                         standalone))
@@ -368,28 +317,6 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     return write_results(args.results, "user_path", "Started as users start it: latency per variant",
                          table_rows, columns, notes, settings_of(args), args.command, _plot(rows), memory.peaks(),
                          runs_table(args), memory.peak_breakdown())
-
-
-@contextlib.contextmanager
-def spark_cluster(cfg, args: argparse.Namespace, wanted: bool):
-    """A local standalone cluster (master + 2 workers of ``--cluster-cores``) for the run's ``master=cluster``
-    variants, stopped by pid at the end; None when no variant asks for one."""
-    if not wanted:
-        yield None
-        return
-    from skyfilter.core.spark_cluster import SparkStandalone
-
-    cluster_cfg = cfg.copy()
-    cluster_cfg.set("state_dir", str(args.state_dir / "spark-cluster"))
-    cluster_cfg.set("spark_cluster.master_port", free_port(17077))
-    cluster_cfg.set("spark_cluster.master_webui_port", free_port(18080))
-    cluster_cfg.set("spark_cluster.worker_cores", args.cluster_cores)
-    standalone = SparkStandalone(cluster_cfg, workers=2)
-    standalone.start()
-    try:
-        yield standalone
-    finally:
-        standalone.stop()
 
 
 def _plot(rows: list[dict]):
