@@ -31,6 +31,7 @@ from collections import Counter
 
 import psutil
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from test_realtime import LITE_SQL, PREDICATES
 from test_watchlists import expected_list, positions, watch_command, watchlist_rows, write_list
@@ -87,13 +88,15 @@ def executor_workers() -> dict[int, int]:
 
 
 
-def submit(cfg, cluster, folder, topic: str, name: str, cwd, *spark_conf: str, metrics_port: int | None = None
-           ) -> tuple[subprocess.Popen, list[str]]:
+def submit(cfg, cluster, folder, topic: str, name: str, cwd, *spark_conf: str, metrics_port: int | None = None,
+           brokers: str = "brokers.yaml", extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, list[str]]:
     """``spark-submit --master spark://...`` of the stream (delivery lane, Real-time Mode) as an operator starts
-    it on a cluster, once it says ``running:``; its lines keep coming into the returned list."""
-    command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", cluster.master_url,
+    it on a cluster (``cluster`` None: on the local master of Spark's defaults), once it says ``running:``; its
+    lines keep coming into the returned list."""
+    master = ("--master", cluster.master_url) if cluster is not None else ()
+    command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), *master,
                *spark_conf, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", topic, "--name", name,
-               "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
+               "--filters-dir", str(folder / "filters"), "--brokers", str(folder / brokers), *extra,
                "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir), "--trigger", "realtime",
                "--lane", "delivery", "--stop-when-idle", "20", "--set", "stream.realtime.checkpoint_interval=30s",
                "--set", f"monitoring.port={metrics_port or 'null'}", "--set", "monitoring.lag_interval_s=1",
@@ -218,6 +221,31 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
         ("the cap holds across the lost executor", per_visit, bright_per_visit)
     (tmp_path / "duplicates.txt").write_text(f"lost worker {lost}: {copies}\n")
     print(f"after losing worker {lost}: duplicate messages per broker {copies}")
+
+    # The same alerts through a local master, to topics of its own: the same set per broker, the same count of
+    # capped alerts per visit (which ones a cap admits follows the order they come in).
+    local_topics = {name: f"rtcl.{name}" for name in yaml.safe_load(BROKERS)["brokers"]}
+    brokers = yaml.safe_load(BROKERS)
+    for name, topic in local_topics.items():
+        brokers["brokers"][name]["topic"] = topic
+    (folder / "brokers.local.yaml").write_text(yaml.safe_dump(brokers))
+    job, lines = submit(kafka_cfg, None, folder, TOPIC, "rtc_local", tmp_path, brokers="brokers.local.yaml",
+                        extra=("--starting-offsets", "earliest"))
+    try:
+        assert job.wait(timeout=300) == 0, "\n".join(lines[-40:])
+    finally:
+        if job.poll() is None:
+            job.kill()
+    (tmp_path / "local.log").write_text("\n".join(lines))
+    assert "5 of 5 broker(s) in Real-time Mode" in "\n".join(lines)
+
+    def alert_ids(topic: str) -> set[str]:
+        return {m.headers["alert_id"] for m in read_topic(kafka_cfg, topic)}
+
+    for name in ("rtc_full", "rtc_lite", "rtc_python", "rtc_watch"):
+        assert alert_ids(local_topics[name]) == alert_ids(f"filtered.{name}"), name
+    local_capped = Counter(records[i]["diaSource"]["visit"] for i in alert_ids(local_topics["rtc_capped"]))
+    assert local_capped == per_visit, (local_capped, per_visit)
 
 
 def once_each(messages: list, early: set[str]) -> dict:
