@@ -9,7 +9,7 @@ TCP.  Mid-night one executor's filter worker is killed with ``kill -9``: it is
 started again and the alerts it held are evaluated again.  Later a whole worker
 is killed (worker, executor, filter workers): Spark runs the lost tasks again
 elsewhere; repeats are bounded (alerts sent before the loss, once each) and
-the cap holds.  Every broker topic
+the cap holds; the same alerts then go through a local master and give the same sets.  Every broker topic
 must equal an independent evaluation of the produced alerts (the watchlist's by
 brute force), the capped one exactly its cap per visit.  The executors' read
 marks reach the driver as they move: its metrics show every alert read, with no
