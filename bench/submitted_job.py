@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from bench.harness import ROOT
-from skyfilter.core.processes import free_port
 
 
 class Job:
@@ -73,16 +72,7 @@ def spark_cluster(cfg, state_dir: Path, worker_cores: int, wanted: bool):
     if not wanted:
         yield None
         return
-    from skyfilter.core.spark_cluster import SparkStandalone
+    from skyfilter.core.spark_cluster import cluster_on_free_ports
 
-    cluster_cfg = cfg.copy()
-    cluster_cfg.set("state_dir", str(state_dir / "spark-cluster"))
-    cluster_cfg.set("spark_cluster.master_port", free_port(17077))
-    cluster_cfg.set("spark_cluster.master_webui_port", free_port(18080))
-    cluster_cfg.set("spark_cluster.worker_cores", worker_cores)
-    standalone = SparkStandalone(cluster_cfg, workers=2)
-    standalone.start()
-    try:
+    with cluster_on_free_ports(cfg, state_dir / "spark-cluster", worker_cores) as standalone:
         yield standalone
-    finally:
-        standalone.stop()

@@ -163,22 +163,11 @@ def decode_messages(messages, schema: dict) -> list[dict]:
 @contextlib.contextmanager
 def standalone_cluster(cfg: Config, folder: Path, worker_cores: int | None = None):
     """A Spark standalone cluster on this machine (master + 2 workers, ``worker_cores`` each), stopped by pid."""
-    from skyfilter.core.processes import free_port
-    from skyfilter.core.spark_cluster import SparkStandalone
+    from skyfilter.core.spark_cluster import cluster_on_free_ports
 
-    cfg = cfg.copy()
-    cfg.set("state_dir", str(folder / "cluster-state"))
-    cfg.set("spark_cluster.master_port", free_port(17077))
-    cfg.set("spark_cluster.master_webui_port", free_port(18080))
-    if worker_cores is not None:
-        cfg.set("spark_cluster.worker_cores", worker_cores)
-    cluster = SparkStandalone(cfg, workers=2)
-    cluster.start()
-    try:
+    with cluster_on_free_ports(cfg, folder / "cluster-state", worker_cores) as cluster:
         yield cluster
-    finally:
-        stopped = cluster.stop()
-    assert len(stopped) == 3, "the master and both workers were stopped by pid"
+    assert len(cluster.last_stopped) == 3, "the master and both workers were stopped by pid"
 
 
 @pytest.fixture(scope="session")

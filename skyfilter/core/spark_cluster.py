@@ -8,18 +8,20 @@ Logs, work folders and pid files live under ``<state_dir>/spark/``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.processes import first_error, launch, port_in_use, running_pid, terminate
+from skyfilter.core.processes import first_error, free_port, launch, port_in_use, running_pid, terminate
 from skyfilter.core.versions import PROJECT_ROOT
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -77,6 +79,7 @@ class SparkStandalone:
         self.daemon_memory = section.daemon_memory
         self.home = cfg.state_dir / "spark"
         self.master = Daemon("master", self.home / "master")
+        self.last_stopped: list[int] = []  # the pids :meth:`stop` stopped last
 
     @property
     def master_url(self) -> str:
@@ -169,3 +172,23 @@ class SparkStandalone:
         return (f"Spark standalone: master {self.master_url} (UI {self.webui_url}), {state.get('aliveworkers', 0)} "
                 f"worker(s) alive, {state.get('coresused', 0)}/{state.get('cores', 0)} cores in use, "
                 f"{len(state.get('activeapps', []))} running application(s)")
+
+
+@contextlib.contextmanager
+def cluster_on_free_ports(cfg: Config, state_dir: Path, worker_cores: int | None = None
+                          ) -> Iterator[SparkStandalone]:
+    """A cluster of ``cfg``'s (2 workers, ``worker_cores`` each if given) beside any other: its own free ports and
+    its state under ``state_dir``; stopped by pid at the end (the pids stopped then in ``last_stopped``).  What
+    the tests and the benchmarks start."""
+    cfg = cfg.copy()
+    cfg.set("state_dir", str(state_dir))
+    cfg.set("spark_cluster.master_port", free_port(17077))
+    cfg.set("spark_cluster.master_webui_port", free_port(18080))
+    if worker_cores is not None:
+        cfg.set("spark_cluster.worker_cores", worker_cores)
+    cluster = SparkStandalone(cfg, workers=2)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.last_stopped = cluster.stop()

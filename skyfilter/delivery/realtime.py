@@ -181,7 +181,7 @@ class RealtimeLane(Lane):
             .withColumns(template_columns(self.plan.watch))
         register_jvm_function(self.spark, "PythonFilterCall")
         return filter_set(*worker_filter_set(python, template), self.plan.filter_time_budget_s,
-                          f"{self.run_id}{WARM_UP_LEDGER if warm_up else ''}")
+                          self._set_id(warm_up))
 
     def _watch_set(self, filters: list[FilterSpec], warm_up: bool = False) -> FilterSet | None:
         """The set of the watchlists and watchmaps these filters use, for the watch workers (a warm-up's is
@@ -190,7 +190,10 @@ class RealtimeLane(Lane):
         if not versions:
             return None
         register_jvm_function(self.spark, "PythonFilterCall")
-        return watch_set([v.for_workers() for v in versions], f"{self.run_id}{WARM_UP_LEDGER if warm_up else ''}")
+        return watch_set([v.for_workers() for v in versions], self._set_id(warm_up))
+
+    def _set_id(self, warm_up: bool) -> str:
+        return f"{self.run_id}{WARM_UP_LEDGER if warm_up else ''}"
 
     def _ledger_file(self, suffix: str = "") -> Path:
         return self.cfg.run_dir / f"filter_stream.{self.plan.name}.visit-caps{suffix}.ledger"

@@ -202,7 +202,7 @@ def fit_to_slots(run: RunPlan, cfg: Config, available: int) -> tuple[RunPlan, st
     """Under ``--trigger auto``, micro-batches when Spark has fewer task slots than Real-time Mode's long-lived
     tasks and the other lanes need (a small cluster); with the line saying so ("" when Real-time Mode fits).
     An explicit ``--trigger realtime`` is left to fail with the slots it needs."""
-    need = run.slots.realtime + run.slots.archive + run.slots.archive_log + min(run.slots.delivery, 1)
+    need = run.slots.realtime_need
     if not run.realtime or cfg.stream.trigger.strip().lower() != "auto" or available >= need:
         return run, ""
     batches = replace(run, triggers=replace(run.triggers, delivery="0s"), batch_brokers=())

@@ -39,6 +39,12 @@ class Slots:
     def total(self) -> int:
         return self.delivery + self.realtime + self.archive + self.archive_log
 
+    @property
+    def realtime_need(self) -> int:
+        """The slots a job with Real-time Mode needs at once: its long-lived tasks, the archive's, and one for
+        micro-batch delivery when some brokers are left to it."""
+        return self.realtime + self.archive + self.archive_log + min(self.delivery, 1)
+
 
 def local_cores(master: str) -> int | None:
     """The N of ``local[N]`` (``local``: 1, ``local[*]``: this machine's cores); None for a cluster master."""
@@ -75,7 +81,7 @@ def delivery_tasks(cfg: Config, available: int, slots: Slots) -> int:
 
 def check_realtime_slots(available: int, slots: Slots, topic: str) -> None:
     """One line when Spark has too few slots for Real-time Mode's long-lived tasks and the other lanes."""
-    need = slots.realtime + slots.archive + slots.archive_log + min(slots.delivery, 1)
+    need = slots.realtime_need
     if available < need:
         raise SkyfilterError(
             f"Real-time Mode runs one long-lived task per input partition: topic '{topic}' has {slots.realtime}, "
