@@ -33,10 +33,13 @@ the same alerts again).
 
 from __future__ import annotations
 
+import contextlib
 import re
+import shutil
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -157,16 +160,8 @@ class RealtimeLane(Lane):
         if not self.local_master:  # each executor JVM compiles for itself: every task slot gets a driver's share
             alerts *= max(1, int(self.spark.sparkContext.defaultParallelism))
         probe = probe_batch(self.spark, self.plan, alerts)
-        ledger = f"{self.plan.name}{WARM_UP_LEDGER}"
-        capped = any(b.max_alerts_per_visit is not None for b in self.brokers())
-        if capped:
-            open_visit_caps(self.spark, ledger, str(self._ledger_file(WARM_UP_LEDGER)), 0)
-        try:
-            self._rows(probe, self._ledger_address(ledger), observed=False, warm_up=True).write.format("noop").mode(
-                "overwrite").save()
-        finally:
-            if capped:
-                close_visit_caps(self.spark, ledger)
+        with self._warm_up_ledger() as ledger:
+            self._rows(probe, ledger, observed=False, warm_up=True).write.format("noop").mode("overwrite").save()
         self.warm_up_kafka(self.plan.output_topics(self.brokers()), self.plan.topic)
         self.log(f"realtime: warmed up on {alerts} probe alerts in {time.monotonic() - began:.1f} s")
 
@@ -191,6 +186,20 @@ class RealtimeLane(Lane):
             return None
         register_jvm_function(self.spark, "PythonFilterCall")
         return watch_set([v.for_workers() for v in versions], self._set_id(warm_up))
+
+    @contextlib.contextmanager
+    def _warm_up_ledger(self) -> Iterator[str]:
+        """The address of a visit cap ledger of its own for a warm-up's query, forgotten afterwards: what the
+        warm-up admits never counts against the night's caps."""
+        ledger = f"{self.plan.name}{WARM_UP_LEDGER}"
+        capped = any(b.max_alerts_per_visit is not None for b in self.brokers())
+        if capped:
+            open_visit_caps(self.spark, ledger, str(self._ledger_file(WARM_UP_LEDGER)), 0)
+        try:
+            yield self._ledger_address(ledger)
+        finally:
+            if capped:
+                close_visit_caps(self.spark, ledger)
 
     def _set_id(self, warm_up: bool) -> str:
         return f"{self.run_id}{WARM_UP_LEDGER if warm_up else ''}"
@@ -231,8 +240,8 @@ class RealtimeLane(Lane):
             return ledger
         return serve_visit_caps(self.spark, ledger, self.spark.conf.get("spark.driver.host"))
 
-    def pass_first_boundary(self, timeout_s: float = 120.0) -> None:
-        """Before the night: run the query through one shortest batch and the boundary after it, then stop it.
+    def pass_first_boundary(self, source: DataFrame, timeout_s: float = 120.0) -> None:
+        """Before the night: run the query's code through one shortest batch and the boundary after it.
 
         The first checkpoint boundary of a query in a fresh driver runs cold (the
         commit, the planning and the job submission not yet compiled by the JIT):
@@ -241,15 +250,31 @@ class RealtimeLane(Lane):
         during it would be the tail of the night's latency; passed here, every
         boundary of the night is a warm one.  Skipped when the interval is short
         (boundaries are then frequent, and the first one is no outlier).
+
+        The pass is a query of its own: ``source`` (the input topic from its end) into
+        Spark's ``noop`` sink, with a checkpoint of its own, the warm-up's filter sets and
+        cap ledger.  Nothing it reads is delivered, capped or checkpointed for the night,
+        so the night's query starts where the stream starts.  (Run as the night's own
+        query, what its second batch delivered before the stop was delivered again.)
         """
         if seconds(self.interval) < FIRST_BOUNDARY_AHEAD_FROM_S:
             return
         began = time.monotonic()
-        query = self.start(interval=SHORTEST_INTERVAL)
-        while time.monotonic() < began + timeout_s and query.isActive and query.lastProgress is None:
-            time.sleep(0.1)
-        passed = query.lastProgress is not None
-        self.stop()
+        checkpoint = self.cfg.run_dir / f"filter_stream.{self.plan.name}.boundary-pass"
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        with self._warm_up_ledger() as ledger:
+            query = (self._rows(source, ledger, observed=False, warm_up=True).writeStream.format("noop")
+                     .queryName(f"skyfilter_{LANE}_{self.plan.name}_boundary_pass")
+                     .option("checkpointLocation", str(checkpoint)).outputMode("update")
+                     .trigger(realTime=SHORTEST_INTERVAL).start())
+            try:
+                while time.monotonic() < began + timeout_s and query.isActive and query.lastProgress is None:
+                    time.sleep(0.1)
+                passed = query.lastProgress is not None
+            finally:
+                announce_query_stop(self.spark, str(query.runId))
+                query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
         self.log(f"realtime: {'passed' if passed else 'could not pass'} a first checkpoint boundary before the "
                  f"night, in a {SHORTEST_INTERVAL} batch ({time.monotonic() - began:.1f} s); checkpoint interval "
                  f"from now on: {self.interval}")

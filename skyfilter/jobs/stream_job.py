@@ -144,13 +144,14 @@ class StreamJob:
             self._check_slots()
             self.reader = reader_name(self.spark, plan.name, local_master)
             self.log(split_line(plan, settings))
-            self.realtime = RealtimeLane(self.services, self._source(LaneName.REALTIME),
+            source = marked_reads(self.spark, self.reader, self._source(LaneName.REALTIME).load())
+            self.realtime = RealtimeLane(self.services, source,
                                          self.triggers.realtime_interval, self.summaries, quarantine, local_master)
             watch_realtime_reads(self.spark, self.cfg, self.monitor, self.plan, self.triggers.realtime_interval,
                                  self.reader)
             with scheduler_pool(self.spark, LaneName.REALTIME):
                 self.realtime.warm_up()
-                self.realtime.pass_first_boundary()
+                self.realtime.pass_first_boundary(self._source(LaneName.REALTIME, starting="latest").load())
                 self.queries[LaneName.REALTIME] = self.realtime.start()
         needs_batches = not realtime or any(broker_refusal(b, plan, settings)
                                             for b in plan.brokers if b.enabled_filters)
@@ -231,15 +232,15 @@ class StreamJob:
                  f"checkpoint (SPARK-55271); that batch is committed, so the lane restarts after it")
         return self._start_batches(lane, self.triggered[lane])
 
-    def _source(self, lane: str, topics: list[str] | None = None):
-        """A Kafka source of the lane: its topics, from the configured starting offsets."""
+    def _source(self, lane: str, topics: list[str] | None = None, starting: str | None = None):
+        """A Kafka source reader of the lane: its topics, from the configured starting offsets (or ``starting``)."""
         options = spark_source_options(self.cfg)
         if lane == LaneName.REALTIME:  # long-polling: a fetch returns when data comes, and costs nothing while idle
             options["kafka.fetch.max.wait.ms"] = str(self.cfg.stream.realtime.fetch_max_wait_ms)
         topics = topics or [self.plan.topic]
         reader = (self.spark.readStream.format("kafka").options(**options).option("subscribe", ",".join(topics))
-                  .option("startingOffsets", for_topics(str(self.cfg.stream.starting_offsets), topics)))
-        return marked_reads(self.spark, self.reader, reader.load()) if lane == LaneName.REALTIME else reader
+                  .option("startingOffsets", starting or for_topics(str(self.cfg.stream.starting_offsets), topics)))
+        return reader
 
     def _ensure_input_topic(self) -> None:
         """Create the input topic if its schema was registered before it was created (Spark's Kafka source fails
