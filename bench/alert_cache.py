@@ -15,8 +15,8 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from skyfilter.core.wire import HEADER_SIZE, frame
 from skyfilter.producers.produce import AlertSource
+from skyfilter.schemas.wire import HEADER_SIZE, frame
 
 LENGTH = struct.Struct("<II")
 NIGHT = "2026-11-21"

@@ -133,7 +133,7 @@ def load_one(cfg, spark, args, cached: Path, warm_up: Path, schema: dict, run_id
 
 def broker_latencies(cfg, brokers: dict[str, dict], since: float) -> dict[str, list[float]]:
     """Per broker, the latency (ms) of every message whose alert was sent after ``since`` (epoch seconds)."""
-    from skyfilter.core.delivery import read_topic
+    from skyfilter.kafka.read_back import read_topic
 
     found = {}
     for broker in brokers:
@@ -149,7 +149,7 @@ def wait_until_quiet(cfg, topics: list[str], quiet_s: float, timeout_s: float) -
 
     from confluent_kafka import Consumer, TopicPartition
 
-    from skyfilter.core.kafka_clients import client_settings
+    from skyfilter.kafka.clients import client_settings
 
     consumer = Consumer(client_settings(cfg, **{"group.id": f"skyfilter-bench-{uuid.uuid4()}", "log_level": 0}))
     try:

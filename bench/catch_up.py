@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def catch_up(cfg, topic: str, name: str, max_offsets: int, state_dir: Path, kafka_pid, total: int,
              quiet: bool) -> dict:
     """One stream run over the backlog; its batches, timing and memory."""
-    from skyfilter.core.memory import RssSampler
+    from skyfilter.local.memory import RssSampler
 
     command = [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--topic", topic, "--name", name,
                "--available-now", "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(state_dir),

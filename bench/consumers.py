@@ -15,7 +15,7 @@ def consume(conf: dict, topic: str, partitions: list[int], schema: dict | None, 
     from fastavro.schema import parse_schema
 
     from bench.filter_sets import matches
-    from skyfilter.core.wire import HEADER_SIZE
+    from skyfilter.schemas.wire import HEADER_SIZE
 
     parsed = parse_schema(schema) if schema else None
     consumer = Consumer(conf)
@@ -44,7 +44,7 @@ def consume(conf: dict, topic: str, partitions: list[int], schema: dict | None, 
 def run_consumers(cfg, topic: str, jobs: list[tuple[list[int], int | None]], schema: dict | None) -> dict:
     """Run one consumer process per job (partitions, filter); alerts/s from the first process ready (assigned its
     partitions; process start-up excluded) to the last one done."""
-    from skyfilter.core.kafka_clients import client_settings
+    from skyfilter.kafka.clients import client_settings
 
     context = mp.get_context("spawn")
     results = context.Queue()

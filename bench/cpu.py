@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import psutil
 
-from skyfilter.core.memory import children_by_parent
-from skyfilter.core.processes import command_line
+from skyfilter.local.memory import children_by_parent
+from skyfilter.local.processes import command_line
 
 ARCHIVE_MARK = "--lane"  # the archive child: ``python -m skyfilter.jobs.filter_stream ... --lane archive``
 

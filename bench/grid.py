@@ -56,7 +56,7 @@ def measure_cell(cfg, args, cached: Path, schema: dict, producers: int, partitio
     """Produce and consume ``--visits`` visits with one grid cell's settings; DMTN-028's figures."""
     from bench.alert_cache import CachedSource
     from bench.consumers import run_consumers
-    from skyfilter.core.topics import admin_client
+    from skyfilter.kafka.topics import admin_client
     from skyfilter.producers.command import send_source
 
     produce_s, consume_s, megabytes = [], [], 0.0
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.alert_cache import cached_visits
     from bench.harness import bench_kafka, bench_schema, kafka_pid
     from bench.report import write_results
-    from skyfilter.core.memory import RssSampler
+    from skyfilter.local.memory import RssSampler
 
     producer_counts = [int(v) for v in args.producers.split(",")]
     partition_counts = [int(v) for v in args.partitions.split(",")]

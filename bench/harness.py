@@ -58,7 +58,7 @@ def bench_spark(cfg, app: str, trigger: str = "0", partitions: int = 8):
     """
     from pyspark.sql import SparkSession
 
-    from skyfilter.core.lanes import LANE_CHOICES
+    from skyfilter.core.lane_names import LANE_CHOICES
     from skyfilter.plan.run_plan import archive_apart
     from skyfilter.plan.slots import configured_master, local_cores, plan_slots
     from skyfilter.spark.internals import active_context
@@ -77,7 +77,7 @@ def bench_spark(cfg, app: str, trigger: str = "0", partitions: int = 8):
 def bench_schema(cfg) -> dict:
     """The Rubin schema of the benchmarks' simulated alerts: ``bench.schema_version`` (set by bench_kafka; every
     published figure used 10.0, so comparisons across rounds stay on the same alerts)."""
-    from skyfilter.core.avro_schemas import rubin_schema
+    from skyfilter.schemas.avro import rubin_schema
 
     return rubin_schema(cfg.simulation.schema_version)
 
@@ -101,7 +101,7 @@ def spark_driver_pid(spark) -> int | None:
 
 def driver_and_kafka(spark, cluster, interval_s: float = 0.5):
     """A memory sampler of the benchmark's Spark driver tree and of its own Kafka node (0 for another Kafka)."""
-    from skyfilter.core.memory import RssSampler
+    from skyfilter.local.memory import RssSampler
 
     return RssSampler({"driver": lambda: spark_driver_pid(spark), "kafka": kafka_pid(cluster)}, interval_s)
 
@@ -128,7 +128,7 @@ def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g", sets: 
 
     from skyfilter.core.config import Config, parse_overrides
     from skyfilter.core.errors import SkyfilterError
-    from skyfilter.core.kafka_local import LocalKafka, free_port_pair
+    from skyfilter.local.kafka import LocalKafka, free_port_pair
 
     cfg = Config.load(overrides=parse_overrides(sets))
     if state_dir.resolve() == cfg.state_dir.resolve():

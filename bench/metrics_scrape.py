@@ -43,7 +43,7 @@ class MetricsScraper:
     """Scrapes ``url`` and the input topic's end offsets every ``every_s`` seconds, in a thread."""
 
     def __init__(self, cfg, url: str, topic: str, every_s: float):
-        from skyfilter.core.lag import LatestOffsets
+        from skyfilter.kafka.lag import LatestOffsets
 
         self.url = url
         self.topic = topic

@@ -65,7 +65,7 @@ class CycledFileSource(AlertSource):
     def messages(self, visit: int, share: int, shares: int) -> Iterator[tuple[bytes, bytes]]:
         import fastavro
 
-        from skyfilter.core.wire import frame
+        from skyfilter.schemas.wire import frame
 
         bodies, keys = self.files.bodies, self.files.keys
         buffer = io.BytesIO()
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.alert_cache import CachedSource, cached_visits
     from bench.harness import bench_kafka, bench_schema, kafka_pid
     from bench.report import write_results
-    from skyfilter.core.memory import RssSampler, own_rss_mb
+    from skyfilter.local.memory import RssSampler, own_rss_mb
     from skyfilter.producers.command import send_source
     from skyfilter.producers.sources import SimulatedSource
 

@@ -54,7 +54,7 @@ def write_results(folder: Path, name: str, title: str, rows: list[dict], columns
 
     ``peak_rss_mb`` is the highest resident memory of each process of the run
     (driver, Kafka, ...) and ``peak_breakdown`` the processes behind the highest
-    total (:meth:`skyfilter.core.memory.RssSampler.peak_breakdown`); with ``runs_table`` the run is also
+    total (:meth:`skyfilter.local.memory.RssSampler.peak_breakdown`); with ``runs_table`` the run is also
     appended to that ``bench_runs`` Delta table, so runs can be compared over time with SQL.
     """
     folder.mkdir(parents=True, exist_ok=True)

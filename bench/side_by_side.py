@@ -56,9 +56,9 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.filter_sets import write_filter_set
     from bench.harness import bench_kafka, bench_schema, driver_and_kafka
     from bench.report import write_results
-    from skyfilter.core.topics import topic_partitions
     from skyfilter.jobs.filter_stream import parse_args as stream_args
     from skyfilter.jobs.filter_stream import run as run_stream
+    from skyfilter.kafka.topics import topic_partitions
     from skyfilter.producers.command import send_source
     from skyfilter.spark.session import get_spark
 
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
 
 def spark_read(spark, cfg, topic: str, alerts: int, repeats: int = 3) -> dict:
     """Spark reading the whole topic with the stream's source options and doing nothing else: best of ``repeats``."""
-    from skyfilter.core.kafka_clients import spark_source_options
+    from skyfilter.kafka.clients import spark_source_options
 
     times = []
     for _ in range(repeats):

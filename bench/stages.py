@@ -54,15 +54,15 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.alert_cache import CachedSource, cached_visits
     from bench.harness import bench_kafka, bench_schema, driver_and_kafka
     from bench.report import write_results
-    from skyfilter.core.avro_schemas import cutout_fields
-    from skyfilter.core.kafka_clients import spark_sink_options, spark_source_options
-    from skyfilter.core.registry import open_registry, subject_for
-    from skyfilter.core.topics import ensure_topics
-    from skyfilter.core.wire import HEADER_SIZE
     from skyfilter.delivery.caps import VisitCaps
     from skyfilter.delivery.program import DeliveryProgram, evaluate
+    from skyfilter.kafka.clients import spark_sink_options, spark_source_options
+    from skyfilter.kafka.topics import ensure_topics
     from skyfilter.plan.stream_plan import build_plan, reader_schema_json
     from skyfilter.producers.command import send_source
+    from skyfilter.registry.client import open_registry, subject_for
+    from skyfilter.schemas.avro import cutout_fields
+    from skyfilter.schemas.wire import HEADER_SIZE
     from skyfilter.spark.session import get_spark
 
     run_id = time.strftime("%Y%m%d%H%M%S")

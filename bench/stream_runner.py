@@ -74,7 +74,7 @@ class StreamRun:
     def stop(self, spark, timeout_s: float = 120) -> None:
         """Stop the stream's queries, each micro-batch query between two batches as the job's own stop does (a
         Real-time query always runs one), and wait for its thread."""
-        from skyfilter.core.lanes import LaneName
+        from skyfilter.core.lane_names import LaneName
         from skyfilter.lanes.lane import between_batches
 
         deadline = time.monotonic() + 30
@@ -137,9 +137,9 @@ def register_topic(cfg: Config, topic: str, schema: dict, partitions: int | None
                    settings: dict[str, str] | None = None) -> int:
     """Create ``topic`` (with extra topic ``settings``) and register its schema before the stream starts;
     returns the schema id."""
-    from skyfilter.core.kafka_clients import act_as
-    from skyfilter.core.registry import open_registry, subject_for
-    from skyfilter.core.topics import ensure_topics
+    from skyfilter.kafka.clients import act_as
+    from skyfilter.kafka.topics import ensure_topics
+    from skyfilter.registry.client import open_registry, subject_for
 
     producer_cfg = act_as(cfg, "producer")
     ensure_topics(producer_cfg, {topic: partitions or cfg.topics.alerts_partitions}, settings)

@@ -72,7 +72,7 @@ def spark_cluster(cfg, state_dir: Path, worker_cores: int, wanted: bool):
     if not wanted:
         yield None
         return
-    from skyfilter.core.spark_cluster import cluster_on_free_ports
+    from skyfilter.local.spark_cluster import cluster_on_free_ports
 
     with cluster_on_free_ports(cfg, state_dir / "spark-cluster", worker_cores) as standalone:
         yield standalone

@@ -150,7 +150,7 @@ def drop_night(cfg, state_dir: Path, topic: str, name: str) -> None:
     delivery log); its figures are taken."""
     import shutil
 
-    from skyfilter.core.topics import admin_client
+    from skyfilter.kafka.topics import admin_client
 
     for folder in ("delta", "checkpoints"):
         shutil.rmtree(state_dir / folder / name, ignore_errors=True)

@@ -63,7 +63,7 @@ from bench.filter_sets import CUTS
 from bench.harness import add_common_arguments, add_settings_argument, runs_table, settings_of
 from bench.metrics_scrape import MetricsScraper, freshness
 from bench.submitted_job import Job, spark_cluster
-from skyfilter.core.processes import free_port
+from skyfilter.local.processes import free_port
 
 TARGETS = {"realtime": {"p99_s": 0.2, "p999_s": 0.5, "python_p99_s": 0.3, "backlog_cleared_s": 60.0,
                         "recovered_p99_s": 0.2, "metrics_delivered_stale_max_s": 10.0},
@@ -252,7 +252,7 @@ def _wait_archived(table: Path, since: float, expected: int, timeout_s: float) -
 
 def _sent_and_latency(cfg, brokers: dict[str, dict], since: float) -> dict[str, list[tuple[int, float]]]:
     """Per broker, (input time ms, latency ms) of every message of an alert sent after ``since``."""
-    from skyfilter.core.delivery import read_topic
+    from skyfilter.kafka.read_back import read_topic
 
     found: dict[str, list[tuple[int, float]]] = {}
     for broker in brokers:
@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.alert_cache import cached_visits
     from bench.harness import bench_kafka, bench_schema, kafka_pid
     from bench.report import write_results
-    from skyfilter.core.memory import RssSampler
+    from skyfilter.local.memory import RssSampler
 
     variants = parse_variants(args.variants)
     run_id = time.strftime("%Y%m%d%H%M%S")

@@ -79,7 +79,7 @@ def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, index: int,
     from bench.filter_sets import load_filter_set
     from bench.stream_runner import register_topic, start_stream
     from skyfilter.core.brokers import load_brokers
-    from skyfilter.core.delivery import read_topic
+    from skyfilter.kafka.read_back import read_topic
     from skyfilter.producers.command import send_source
 
     label = trigger.replace(".", "_")

@@ -98,7 +98,7 @@ def matching_cost(stored, positions: np.ndarray) -> dict:
     """Loading a list version and matching a visit of positions with it, in this process."""
     import psutil
 
-    from skyfilter.core.crossmatch import watch_outputs
+    from skyfilter.watch.crossmatch import watch_outputs
 
     version = stored.for_workers()
     before = psutil.Process().memory_info().rss
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from bench.harness import bench_kafka, bench_schema, bench_spark, driver_and_kafka, kafka_pid
     from bench.report import write_results
     from bench.trigger_sweep import sweep_one
-    from skyfilter.filtering.watch_store import store
+    from skyfilter.watch.store import store
 
     sizes = [int(s) for s in args.sizes.split(",")]
     run_id = time.strftime("%Y%m%d%H%M%S")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from skyfilter.core.avro_schemas import avro_files, read_container
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import NAME_PATTERN
+from skyfilter.schemas.avro import avro_files, read_container
 
 # ZTF fid -> band name
 ZTF_BANDS = {1: "g", 2: "r", 3: "i"}

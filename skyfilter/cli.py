@@ -10,9 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from skyfilter.core.arguments import add_config_arguments, config_from_args
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.local.arguments import add_config_arguments, config_from_args
 
 DESCRIPTION = """skyfilter: the streaming filter stage of an astronomical alert stream.
 
@@ -238,10 +238,10 @@ def load_config(args: argparse.Namespace) -> Config:
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:
-    from skyfilter.core.kafka_clients import credentials_dir
-    from skyfilter.core.kafka_local import LocalKafka
-    from skyfilter.core.kafka_security import grant
-    from skyfilter.core.topics import replication
+    from skyfilter.kafka.clients import credentials_dir
+    from skyfilter.kafka.security import grant
+    from skyfilter.kafka.topics import replication
+    from skyfilter.local.kafka import LocalKafka
 
     cfg = load_config(args)
     if getattr(args, "port", None):
@@ -294,7 +294,7 @@ def cmd_filters(args: argparse.Namespace) -> int:
 
 
 def cmd_spark(args: argparse.Namespace) -> int:
-    from skyfilter.core.spark_cluster import SparkStandalone
+    from skyfilter.local.spark_cluster import SparkStandalone
 
     cfg = load_config(args)
     cluster = SparkStandalone(cfg, args.workers)
@@ -312,7 +312,7 @@ def cmd_spark(args: argparse.Namespace) -> int:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    from skyfilter.core.consume import ConsumeOptions, consume
+    from skyfilter.tools.consume import ConsumeOptions, consume
 
     options = ConsumeOptions(topic=args.topic, group=args.group, from_beginning=args.from_beginning,
                              max_messages=args.max_messages, idle_s=args.idle, output_dir=args.output_dir,
@@ -323,8 +323,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_registry(args: argparse.Namespace) -> int:
-    from skyfilter.core.registry_server import serve
-    from skyfilter.core.registry_topic import KafkaTopicRegistry
+    from skyfilter.registry.server import serve
+    from skyfilter.registry.topic_store import KafkaTopicRegistry
     from skyfilter.tools.registry_tools import check_schema_file, delete_versions
 
     cfg = load_config(args)
@@ -346,11 +346,11 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from skyfilter.core.status import status_screen
+    from skyfilter.local.status import status_screen
 
     cfg = load_config(args)
     if args.wait is not None:
-        from skyfilter.core.status import wait_until_running
+        from skyfilter.local.status import wait_until_running
 
         wait_until_running(cfg, args.name or cfg.topics.alerts, args.wait)
     for line in status_screen(cfg, args.name):

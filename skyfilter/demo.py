@@ -27,16 +27,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.config import Config
-from skyfilter.core.delivery import percentile
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_local import LocalKafka
-from skyfilter.core.memory import RssSampler, own_rss_mb
-from skyfilter.core.processes import wait_for_group
-from skyfilter.core.registry import open_registry, subject_for
-from skyfilter.core.spark_cluster import spark_home
+from skyfilter.kafka.read_back import percentile
+from skyfilter.local.kafka import LocalKafka
+from skyfilter.local.memory import RssSampler, own_rss_mb
+from skyfilter.local.processes import wait_for_group
+from skyfilter.local.spark_cluster import spark_home
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.registry.client import open_registry, subject_for
+from skyfilter.schemas.avro import rubin_schema
 
 # What pipelines/filter_stream.py runs, wherever skyfilter is installed (found without importing Spark here).
 STREAM_SCRIPT = Path(importlib.util.find_spec("skyfilter.jobs.filter_stream").origin)

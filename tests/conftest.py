@@ -23,10 +23,10 @@ from confluent_kafka import DeserializingConsumer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 
-from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.config import Config
-from skyfilter.core.kafka_local import LocalKafka, free_port_pair
-from skyfilter.core.wire import unframe
+from skyfilter.local.kafka import LocalKafka, free_port_pair
+from skyfilter.schemas.avro import rubin_schema
+from skyfilter.schemas.wire import unframe
 
 ROOT = Path(__file__).resolve().parents[1]
 # The Spark driver JVMs a test starts (spark-submit's, a stream job's and its archive process) live seconds to a
@@ -79,7 +79,7 @@ def kafka_cfg(tmp_path_factory) -> Config:
 @pytest.fixture(scope="session")
 def registry_url(kafka_cfg) -> str:
     """The embedded registry served over Confluent's REST API (what `skyfilter registry serve` runs)."""
-    from skyfilter.core.registry_server import RegistryServer
+    from skyfilter.registry.server import RegistryServer
 
     server = RegistryServer(kafka_cfg, port=0).start()
     yield server.url
@@ -163,7 +163,7 @@ def decode_messages(messages, schema: dict) -> list[dict]:
 @contextlib.contextmanager
 def standalone_cluster(cfg: Config, folder: Path, worker_cores: int | None = None):
     """A Spark standalone cluster on this machine (master + 2 workers, ``worker_cores`` each), stopped by pid."""
-    from skyfilter.core.spark_cluster import cluster_on_free_ports
+    from skyfilter.local.spark_cluster import cluster_on_free_ports
 
     with cluster_on_free_ports(cfg, folder / "cluster-state", worker_cores) as cluster:
         yield cluster

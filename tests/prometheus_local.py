@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from conftest import ROOT
-from skyfilter.core.processes import free_port
+from skyfilter.local.processes import free_port
 
 BINARY = ROOT / ".local" / "prometheus" / "bin" / "prometheus"
 RULES = ROOT / "conf" / "prometheus" / "rules.yml"

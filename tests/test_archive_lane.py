@@ -15,11 +15,11 @@ import time
 import pytest
 
 from conftest import ROOT, decode_messages, fault_row, stream_args, write_files
-from skyfilter.core.avro_schemas import rubin_schema
-from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.avro import rubin_schema
 
 TOPICS = {"spark": "lanes.alerts", "delta-rs": "lanes-rs.alerts"}  # a topic and a broker per archive writer
 

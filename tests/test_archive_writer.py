@@ -19,11 +19,11 @@ from skyfilter.archive.alerts_writer import AlertsWriter, WriterSettings
 from skyfilter.archive.delta_appends import stored_offsets
 from skyfilter.archive.index_fields import IndexFields, leading_schema, night_of_mjd
 from skyfilter.core.alert_columns import detect
-from skyfilter.core.avro_schemas import read_container, rubin_schema, schema_text
-from skyfilter.core.wire import frame
 from skyfilter.filtering.decode import night_of
 from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.avro import read_container, rubin_schema, schema_text
+from skyfilter.schemas.wire import frame
 
 TOPIC = "archive-writer"
 

@@ -35,10 +35,10 @@ from bench.user_path import main as user_path
 from bench.visit_burst import main as visit_burst
 from bench.watchlists import main as watchlists
 from conftest import ARCHIVE_IN_THE_DRIVER, DATA
-from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.topics import admin_client
-from skyfilter.core.wire import HEADER_SIZE
+from skyfilter.kafka.topics import admin_client
+from skyfilter.schemas.avro import rubin_schema
+from skyfilter.schemas.wire import HEADER_SIZE
 
 
 def _run(main, name: str, options: list[str], kafka_cfg, tmp_path: Path, capsys) -> dict:

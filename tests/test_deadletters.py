@@ -16,12 +16,12 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from conftest import DATA, ROOT, decode_messages, stream_args, write_files
-from skyfilter.core.avro_schemas import avro_files, read_container, rubin_schema
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.registry import open_registry, subject_for
-from skyfilter.core.wire import frame, unframe
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.registry.client import open_registry, subject_for
+from skyfilter.schemas.avro import avro_files, read_container, rubin_schema
+from skyfilter.schemas.wire import frame, unframe
 
 TOPIC = "dl.alerts"
 MAX_BYTES = 200_000

@@ -22,12 +22,12 @@ import pytest
 import yaml
 
 from conftest import ROOT, decode_messages
-from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.config import Config
-from skyfilter.core.delivery import read_topic
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_local import LocalKafka, free_port_pair
 from skyfilter.demo import check_disk, disk_needed_mb
+from skyfilter.kafka.read_back import read_topic
+from skyfilter.local.kafka import LocalKafka, free_port_pair
+from skyfilter.schemas.avro import rubin_schema
 
 SKYFILTER = str(Path(sys.executable).parent / "skyfilter")
 POLE_RA, POLE_DEC = math.radians(192.85948), math.radians(27.12825)  # Galactic north pole, J2000

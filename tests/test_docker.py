@@ -17,8 +17,8 @@ import yaml
 
 from conftest import ROOT
 from skyfilter.core.config import Config
-from skyfilter.core.topics import replication
 from skyfilter.core.versions import versions
+from skyfilter.kafka.topics import replication
 from skyfilter.lanes.monitoring import StreamMonitor
 
 DOCKER = ROOT / "docker"

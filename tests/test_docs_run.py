@@ -19,8 +19,8 @@ import yaml
 from doc_blocks import blocks, run_blocks, scratch_checkout
 
 from conftest import ROOT
-from skyfilter.core.kafka_local import free_port_pair
-from skyfilter.core.processes import free_port
+from skyfilter.local.kafka import free_port_pair
+from skyfilter.local.processes import free_port
 
 VENV_BIN = str(Path(sys.executable).parent)
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -20,13 +20,13 @@ from fink_client.consumer import AlertConsumer
 from lasair import lasair_consumer
 
 from conftest import decode_messages, stream_args, stream_folder
-from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.brokers import load_brokers
-from skyfilter.core.consume import ConsumeOptions, consume
-from skyfilter.core.delivery import read_topic
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.avro import rubin_schema
+from skyfilter.tools.consume import ConsumeOptions, consume
 
 TOPIC = "enc.alerts"
 LITE_SQL = "SELECT alert_id, diaSource.snr AS snr, diaSource.ra AS ra FROM alerts WHERE diaSource.snr > 10"

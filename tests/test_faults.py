@@ -14,15 +14,15 @@ import pytest
 from confluent_kafka.admin import ConfigResource
 
 from conftest import ROOT, decode_messages, fault_row, kafka_status_ports, listening_ports, stream_args, write_files
-from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.config import Config
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.kafka_local import LocalKafka, free_port_pair
-from skyfilter.core.processes import wait_for_exit
-from skyfilter.core.topics import admin_client
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
+from skyfilter.kafka.topics import admin_client
+from skyfilter.local.kafka import LocalKafka, free_port_pair
+from skyfilter.local.processes import wait_for_exit
 from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.avro import rubin_schema
 
 pytestmark = pytest.mark.slow  # every test here runs Kafka clusters or the stream job
 

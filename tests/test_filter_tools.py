@@ -9,11 +9,11 @@ import pytest
 
 from conftest import DATA, ROOT, decode_messages, rewrite_as_ztf_402, stream_args, write_files
 from skyfilter.cli import main
-from skyfilter.core.avro_schemas import avro_files, read_container, rubin_schema
 from skyfilter.core.config import Config
-from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.avro import avro_files, read_container, rubin_schema
 from skyfilter.tools.filter_trial import condition_columns, sample_frame
 
 

@@ -7,10 +7,10 @@ import threading
 import time
 
 from conftest import ARCHIVE_IN_THE_DRIVER, decode_messages, stream_args, write_files
-from skyfilter.core.avro_schemas import rubin_schema
-from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.avro import rubin_schema
 
 TOPIC = "reload.alerts"
 BROKERS = "max_alerts_per_visit: null\nbrokers:\n  r_all:\n    filters: [everything]\n"

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from conftest import kafka_status_ports, listening_ports
-from skyfilter.core.kafka_local import free_port_pair
-from skyfilter.core.processes import port_in_use
+from skyfilter.local.kafka import free_port_pair
+from skyfilter.local.processes import port_in_use
 
 pytestmark = pytest.mark.slow  # every test here runs Kafka clusters or the stream job
 

@@ -15,10 +15,10 @@ from conftest import ROOT
 from skyfilter.archive.process import ArchiveProcess
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.lanes import LANE_CHOICES
-from skyfilter.core.status import status_file, stream_lines, stream_names
+from skyfilter.core.lane_names import LANE_CHOICES
 from skyfilter.jobs.filter_stream import archive_arguments, parse_args
 from skyfilter.lanes.totals import StreamTotals
+from skyfilter.local.status import status_file, stream_lines, stream_names
 from skyfilter.plan.run_plan import archive_apart, settle_run
 from skyfilter.plan.slots import Slots, check_realtime_slots, delivery_tasks, local_cores, plan_slots
 

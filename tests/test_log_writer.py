@@ -99,8 +99,8 @@ def test_a_drain_ends_when_a_log_partition_holds_nothing(kafka_cfg, tmp_path):
 
     from skyfilter.archive.log_rows import LOG_TABLES
     from skyfilter.archive.log_writer import LogWriter
-    from skyfilter.core.kafka_clients import client_settings
-    from skyfilter.core.topics import ensure_topics
+    from skyfilter.kafka.clients import client_settings
+    from skyfilter.kafka.topics import ensure_topics
 
     empty, half = "test.log-writer.empty", "test.log-writer.half"
     ensure_topics(kafka_cfg, {empty: 2, half: 2})

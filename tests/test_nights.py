@@ -12,9 +12,9 @@ from pyspark.sql import functions as F
 from conftest import ARCHIVE_IN_THE_DRIVER, NEGATIVE_PY, stream_args, stream_folder, write_files
 from skyfilter.archive.layout import archived_schema, with_cutouts
 from skyfilter.archive.night_reader import NightSelection, read_alerts
-from skyfilter.core.delivery import read_topic
 from skyfilter.jobs import replay_night
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
 
@@ -138,7 +138,7 @@ def test_time_travel_returns_the_archive_as_it_was(kafka_cfg, spark, night):
 
 def test_nightly_topic_holds_the_night_and_replay_recreates_it(kafka_cfg, spark, tmp_path):
     from skyfilter.archive.nightly_topics import nightly_topic
-    from skyfilter.core.topics import admin_client
+    from skyfilter.kafka.topics import admin_client
 
     topic, night = "nightly.alerts", "2026-11-15"
     write_files(tmp_path / "filters", FILTERS)

@@ -12,10 +12,10 @@ import yaml
 
 from conftest import ROOT
 from skyfilter.core.config import Config
-from skyfilter.core.processes import free_port
 from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.read_positions import consumer_group, marked_positions, start_positions
 from skyfilter.lanes.recent_latency import RecentLatency
+from skyfilter.local.processes import free_port
 
 PROMTOOL = ROOT / ".local" / "prometheus" / "bin" / "promtool"
 RULES = ROOT / "conf" / "prometheus" / "rules.yml"
@@ -151,7 +151,7 @@ def test_a_delivery_is_counted_per_broker_and_once_per_filter(tmp_path):
 def test_between_batches_the_lag_is_measured_in_seconds_and_committed_to_the_stream_group(kafka_cfg, tmp_path):
     from confluent_kafka import Producer
 
-    from skyfilter.core.topics import ensure_topics
+    from skyfilter.kafka.topics import ensure_topics
 
     topic = "ops.lag.alerts"
     ensure_topics(kafka_cfg, {topic: 2})

@@ -25,9 +25,9 @@ from prometheus_local import LocalPrometheus
 from test_operations import group_offsets
 
 from conftest import ROOT, stream_process
-from skyfilter.core.lag import LatestOffsets
-from skyfilter.core.processes import free_port
-from skyfilter.core.status import status_screen
+from skyfilter.kafka.lag import LatestOffsets
+from skyfilter.local.processes import free_port
+from skyfilter.local.status import status_screen
 from skyfilter.producers.command import ProduceOptions, produce
 
 TOPIC, NAME = "ops.alerts", "ops_night"

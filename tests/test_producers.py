@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from skyfilter.core.avro_schemas import rubin_schema
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.topics import topic_partitions
-from skyfilter.core.wire import unframe
+from skyfilter.kafka.read_back import read_topic
+from skyfilter.kafka.topics import topic_partitions
 from skyfilter.producers.command import ProduceOptions, produce, send_source
 from skyfilter.producers.sources import SimulatedSource
+from skyfilter.schemas.avro import rubin_schema
+from skyfilter.schemas.wire import unframe
 
 
 def test_parallel_producers_keep_the_visit_cadence_and_lose_nothing(kafka_cfg):

@@ -6,14 +6,14 @@ import json
 
 from conftest import decode_messages, stream_args, write_files
 from skyfilter.cli import main
-from skyfilter.core.avro_schemas import rubin_schema
-from skyfilter.core.delivery import read_topic
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.plan.quarantine import Quarantine
 from skyfilter.plan.reload import PlanReloader
 from skyfilter.plan.stream_plan import PlanCell, build_plan
 from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.avro import rubin_schema
 
 TOPIC = "quar.alerts"
 FILTERS = {

@@ -27,11 +27,11 @@ from conftest import (
     stream_folder,
     stream_process,
 )
-from skyfilter.core.avro_schemas import rubin_schema
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.registry.client import open_registry, subject_for
+from skyfilter.schemas.avro import rubin_schema
 
 TOPIC = "rt.alerts"
 LITE_SQL = "SELECT alert_id, diaSource.snr FROM alerts WHERE diaSource.snr > 10"
@@ -254,8 +254,8 @@ def test_the_idle_stop_sees_alerts_arrive_which_real_time_mode_reports_only_at_c
     topic grew (the demo once stopped while its second visit was arriving)."""
     import time
 
-    from skyfilter.core.topics import ensure_topics
-    from skyfilter.lanes.kafka_watch import InputArrivals
+    from skyfilter.kafka.topics import ensure_topics
+    from skyfilter.lanes.kafka_reachability import InputArrivals
 
     ensure_topics(kafka_cfg, {"rt.arrivals": 2})
     arrivals = InputArrivals(kafka_cfg, "rt.arrivals", interval_s=0.0)

@@ -44,11 +44,11 @@ from conftest import (
     expected_deliveries,
     stream_folder,
 )
-from skyfilter.core.avro_schemas import rubin_schema
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.processes import free_port
-from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.kafka.read_back import read_topic
+from skyfilter.local.processes import free_port
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.registry.client import open_registry, subject_for
+from skyfilter.schemas.avro import rubin_schema
 
 TOPIC = "rtc.alerts"
 NIGHT, SEED, VISITS, PER_VISIT = "2026-11-24", 21, 6, 30  # test_watchlists' simulated night: known positions

@@ -14,10 +14,8 @@ import fastavro
 import pyarrow as pa
 import pytest
 
-from skyfilter.core.avro_schemas import only_paths, rubin_schema
 from skyfilter.core.config import Config
-from skyfilter.core.cpu_share import idle_group
-from skyfilter.core.settings import Realtime
+from skyfilter.core.config_types import Realtime
 from skyfilter.filtering.filter_workers import (
     FRAME,
     answer,
@@ -25,7 +23,9 @@ from skyfilter.filtering.filter_workers import (
     one_verdict,
     verdict_marks,
 )
+from skyfilter.local.cpu_share import idle_group
 from skyfilter.plan.run_plan import BrokerNeeds, needs_from_files, realtime_refusal, settle_triggers
+from skyfilter.schemas.avro import only_paths, rubin_schema
 
 RAISES = """
 from skyfilter import alert_filter

@@ -17,11 +17,11 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import StringSerializer
 
 from conftest import DATA, ROOT, consume_avro, snr_as_string
-from skyfilter.core.avro_schemas import avro_files, read_container, rubin_schema, schema_text
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_local import free_port_pair
-from skyfilter.core.registry import ConfluentRegistry, KafkaTopicRegistry
-from skyfilter.core.topics import ensure_topics
+from skyfilter.kafka.topics import ensure_topics
+from skyfilter.local.kafka import free_port_pair
+from skyfilter.registry.client import ConfluentRegistry, KafkaTopicRegistry
+from skyfilter.schemas.avro import avro_files, read_container, rubin_schema, schema_text
 
 V1 = {"type": "record", "name": "candidate", "namespace": "test", "fields": [{"name": "snr", "type": "double"}]}
 V2 = {**V1, "fields": V1["fields"] + [{"name": "band", "type": "string", "default": "r"}]}

@@ -16,10 +16,10 @@ from conftest import ROOT
 from skyfilter.core.brokers import BrokerSpec, load_brokers
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.lanes import LANE_CHOICES, LaneName
-from skyfilter.core.memory import process_tree_rss
-from skyfilter.core.processes import command_line, is_running
-from skyfilter.core.status import LANES
+from skyfilter.core.lane_names import LANE_CHOICES, LaneName
+from skyfilter.local.memory import process_tree_rss
+from skyfilter.local.processes import command_line, is_running
+from skyfilter.local.status import LANES
 from skyfilter.plan.run_plan import BrokerNeeds, fit_to_slots, on_master, realtime_refusal, settle_run, with_slots
 from skyfilter.plan.slots import Slots
 from skyfilter.plan.stream_plan import frozen_value

@@ -30,7 +30,15 @@ from conftest import (
     stream_process,
 )
 from skyfilter.core.alert_columns import detect
-from skyfilter.core.avro_schemas import (
+from skyfilter.filtering.decode import decode
+from skyfilter.filtering.input_schemas import choose_inputs
+from skyfilter.jobs import replay_night
+from skyfilter.kafka.read_back import read_topic
+from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA
+from skyfilter.plan.tables import table_paths
+from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.registry.client import KafkaTopicRegistry, subject_for
+from skyfilter.schemas.avro import (
     avro_files,
     filled_record,
     read_container,
@@ -39,17 +47,9 @@ from skyfilter.core.avro_schemas import (
     schema_text,
     schemaless_body,
 )
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.reader_schema import different_alerts, reader_for, schema_name
-from skyfilter.core.registry import KafkaTopicRegistry, subject_for
-from skyfilter.core.schema_compat import read_problems
-from skyfilter.core.wire import frame, unframe
-from skyfilter.filtering.decode import decode
-from skyfilter.filtering.input_schemas import choose_inputs
-from skyfilter.jobs import replay_night
-from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA
-from skyfilter.plan.tables import table_paths
-from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.compat import read_problems
+from skyfilter.schemas.reader import different_alerts, reader_for, schema_name
+from skyfilter.schemas.wire import frame, unframe
 
 TOPIC = "evo.alerts"
 NIGHT = "2026-11-20"

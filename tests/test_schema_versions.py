@@ -17,12 +17,12 @@ import pytest
 
 from conftest import DATA, rewrite_as_ztf_402, stream_args, write_files
 from skyfilter.core.alert_columns import detect
-from skyfilter.core.avro_schemas import avro_files, rubin_schema, rubin_versions
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.wire import unframe
 from skyfilter.jobs import replay_night
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.avro import avro_files, rubin_schema, rubin_versions
+from skyfilter.schemas.wire import unframe
 
 NIGHT = "2026-11-18"
 BROKERS = "max_alerts_per_visit: null\nbrokers:\n  ver_full:\n    filters: [detected]\n"

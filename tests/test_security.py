@@ -13,14 +13,14 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from conftest import ROOT, decode_messages, kafka_status_ports, listening_ports, stream_args, write_files
-from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.config import Config
-from skyfilter.core.delivery import read_topic
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import client_settings, connect_as, credentials_dir
-from skyfilter.core.kafka_local import LocalKafka, free_port_pair
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.clients import client_settings, connect_as, credentials_dir
+from skyfilter.kafka.read_back import read_topic
+from skyfilter.local.kafka import LocalKafka, free_port_pair
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.avro import rubin_schema
 
 pytestmark = pytest.mark.slow  # every test here runs Kafka clusters or the stream job
 

@@ -21,10 +21,10 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, stream_args
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.processes import free_port
-from skyfilter.core.status import status_screen
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
+from skyfilter.local.processes import free_port
+from skyfilter.local.status import status_screen
 from skyfilter.producers.command import ProduceOptions, produce
 
 TOPIC = "cluster.alerts"

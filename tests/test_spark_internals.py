@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-from skyfilter.core.processes import command_line
 from skyfilter.delivery.caps import VISIT_CAP_FUNCTION
+from skyfilter.local.processes import command_line
 from skyfilter.spark import internals
 from skyfilter.spark.internals import INTERNALS, SparkInternalsError, internal
 from skyfilter.spark.plan_template import PlanTemplate

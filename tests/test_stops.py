@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 
 from conftest import decode_messages, stream_args, stream_folder, stream_process
-from skyfilter.core.avro_schemas import rubin_schema
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.lag import LatestOffsets
-from skyfilter.core.registry import KafkaTopicRegistry, subject_for
-from skyfilter.core.status import status_file
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.lag import LatestOffsets
+from skyfilter.kafka.read_back import read_topic
+from skyfilter.local.status import status_file
 from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.registry.client import KafkaTopicRegistry, subject_for
+from skyfilter.schemas.avro import rubin_schema
 from skyfilter.spark.session import SPARK_LOG
 
 NIGHT = "2026-11-21"

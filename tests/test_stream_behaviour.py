@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from conftest import DATA, stream_args, write_files
-from skyfilter.core.avro_schemas import avro_files, read_container, rubin_schema
-from skyfilter.core.delivery import read_topic
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.registry import KafkaTopicRegistry, subject_for
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.registry.client import KafkaTopicRegistry, subject_for
+from skyfilter.schemas.avro import avro_files, read_container, rubin_schema
 
 RAISES_PY = '''
 from skyfilter import alert_filter

@@ -12,7 +12,6 @@ import json
 import pytest
 
 from conftest import NEGATIVE_PY, stream_args, stream_folder
-from skyfilter.core.registry import open_registry, subject_for
 from skyfilter.delivery.batch_figures import MATCHED
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.delivery.micro_batches import DeliveryLane
@@ -26,6 +25,7 @@ from skyfilter.lanes.totals import StreamTotals
 from skyfilter.plan.quarantine import without_filter
 from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, PlanCell, build_plan, probe_batch
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.registry.client import open_registry, subject_for
 from skyfilter.spark.internals import (
     compiled_classes,
     executed_plan,
@@ -118,7 +118,7 @@ def test_the_realtime_query_decodes_once_and_observes_no_field_of_the_alert(spar
 def test_a_watchlist_adds_one_pass_over_positions_and_keeps_one_decode(kafka_cfg, spark, tmp_path):
     import pandas as pd
 
-    from skyfilter.filtering.watch_store import store
+    from skyfilter.watch.store import store
 
     store(spark, kafka_cfg, "watchlist", "plan_list", pd.DataFrame(
         {"source_id": ["a"], "source_name": [None], "ra": [1.0], "dec": [2.0], "radius_arcsec": [2.0]}), {})
@@ -242,8 +242,8 @@ def test_a_later_batch_replays_the_analysed_plan_with_its_own_rows_id_and_caps(k
                                                                               monkeypatch):
     """The warm-up's plan, analysed once, serves the stream's batches: the same Kafka rows, figures and cap
     decisions as a plan built and analysed for the batch, at a few dozen JVM calls instead of an analysis."""
-    from skyfilter.core.kafka_clients import spark_source_options
     from skyfilter.delivery.program import DeliveryProgram
+    from skyfilter.kafka.clients import spark_source_options
 
     plan = planned["plan"]
     raw = spark.read.format("kafka").options(**spark_source_options(kafka_cfg)).option("subscribe", TOPIC).load()

@@ -14,11 +14,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from conftest import DATA, check_topic, expected_deliveries, stream_args, write_files
-from skyfilter.core.avro_schemas import cutout_fields
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.wire import unframe
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.schemas.avro import cutout_fields
+from skyfilter.schemas.wire import unframe
 
 ZTF_FILTERS = {
     "ztf_bright.sql": "candidate.magpsf < 15.5 AND candidate.isdiffpos = 't'",
@@ -173,8 +173,8 @@ def test_archives_of_the_earlier_layout_restore_to_the_original_bytes(kafka_cfg,
         with_cutouts,
         with_fields,
     )
-    from skyfilter.core.avro_schemas import without_fields
     from skyfilter.plan.tables import table_paths
+    from skyfilter.schemas.avro import without_fields
 
     _, _, inputs, _ = request.getfixturevalue(dataset)
     tables = table_paths(kafka_cfg, f"{dataset}.alerts")

@@ -26,13 +26,13 @@ from conftest import (
     stream_args,
     write_files,
 )
-from skyfilter.core.avro_schemas import cutout_fields, rubin_schema
-from skyfilter.core.consume import ConsumeOptions, consume
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.registry import open_registry
-from skyfilter.core.wire import frame, unframe
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.registry.client import open_registry
+from skyfilter.schemas.avro import cutout_fields, rubin_schema
+from skyfilter.schemas.wire import frame, unframe
+from skyfilter.tools.consume import ConsumeOptions, consume
 
 TOPIC = "sim.alerts"
 

@@ -10,12 +10,12 @@ import fastavro
 import pytest
 
 from conftest import decode_messages, stream_args, stream_folder
-from skyfilter.core.avro_schemas import rubin_schema
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.registry import open_registry
-from skyfilter.core.wire import unframe
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
+from skyfilter.registry.client import open_registry
+from skyfilter.schemas.avro import rubin_schema
+from skyfilter.schemas.wire import unframe
 
 TOPIC = "subs.alerts"
 LITE_SQL = """-- the lite payload: four columns

@@ -15,7 +15,14 @@ from astropy.io import fits
 
 from conftest import DATA, ROOT, write_files
 from skyfilter.core.alert_columns import detect
-from skyfilter.core.avro_schemas import (
+from skyfilter.core.brokers import load_brokers
+from skyfilter.core.config import Config, parse_overrides
+from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.filter_loader import filter_function, load_filters
+from skyfilter.filtering.filter_eval import as_verdict
+from skyfilter.producers.simulate import AlertSimulator
+from skyfilter.registry.client import ConfluentRegistry
+from skyfilter.schemas.avro import (
     blank_value,
     cutout_fields,
     filled_record,
@@ -25,14 +32,7 @@ from skyfilter.core.avro_schemas import (
     schemaless_body,
     without_fields,
 )
-from skyfilter.core.brokers import load_brokers
-from skyfilter.core.config import Config, parse_overrides
-from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.filter_loader import filter_function, load_filters
-from skyfilter.core.registry import ConfluentRegistry
-from skyfilter.core.wire import WireFormatError, frame, unframe
-from skyfilter.filtering.filter_eval import as_verdict
-from skyfilter.producers.simulate import AlertSimulator
+from skyfilter.schemas.wire import WireFormatError, frame, unframe
 
 
 def test_wire_format_round_trip_and_errors():
@@ -267,7 +267,7 @@ def test_confluent_registry_client_speaks_the_rest_api():
 
 
 def test_consumer_lag_from_a_checkpoint_and_latest_offsets(tmp_path):
-    from skyfilter.core.lag import checkpoint_topic, committed_offsets, lag_per_partition
+    from skyfilter.kafka.lag import checkpoint_topic, committed_offsets, lag_per_partition
 
     checkpoint = tmp_path / "cp"
     (checkpoint / "offsets").mkdir(parents=True)
@@ -290,7 +290,7 @@ def test_memory_of_a_process_tree_by_process():
     import time
     from pathlib import Path
 
-    from skyfilter.core.memory import RssSampler, breakdown, process_label, process_tree_rss, spawning_copy
+    from skyfilter.local.memory import RssSampler, breakdown, process_label, process_tree_rss, spawning_copy
 
     script = "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"
     parent = subprocess.Popen([sys.executable, "-c", script])

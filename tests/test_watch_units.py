@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from skyfilter.core.crossmatch import TOLERANCE_ARCSEC, ListIndex, MapIndex
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.watch_files import read_watchlist, read_watchmap
+from skyfilter.watch.crossmatch import TOLERANCE_ARCSEC, ListIndex, MapIndex
+from skyfilter.watch.files import read_watchlist, read_watchmap
 
 
 def brute_force_separation(ra1, dec1, ra2, dec2) -> np.ndarray:

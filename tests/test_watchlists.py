@@ -15,13 +15,13 @@ from test_watch_units import brute_force_separation
 
 from conftest import ARCHIVE_IN_THE_DRIVER, consume_avro, decode_messages, stream_args, stream_folder
 from skyfilter.cli import main as skyfilter
-from skyfilter.core.avro_schemas import rubin_schema
-from skyfilter.core.crossmatch import TOLERANCE_ARCSEC
-from skyfilter.core.delivery import read_topic
 from skyfilter.jobs import replay_night
 from skyfilter.jobs.filter_stream import run
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
 from skyfilter.producers.simulate import AlertSimulator
+from skyfilter.schemas.avro import rubin_schema
+from skyfilter.watch.crossmatch import TOLERANCE_ARCSEC
 
 TOPIC = "watch.alerts"
 NIGHT = "2026-11-24"
@@ -249,7 +249,7 @@ def test_realtime_mode_matches_lists_and_maps_through_the_filter_workers(night, 
         "--starting-offsets", "earliest", "--set", "stream.realtime.checkpoint_interval=10s",
         "--set", "monitoring.port=null"])
     assert job.wait(240) == 0, "\n".join(lines[-20:])
-    from skyfilter.filtering.watch_store import latest
+    from skyfilter.watch.store import latest
 
     version = latest(cfg, "watchlist", "w_agn")
     rows = [(i, ra, dec, r) for i, ra, dec, r in _stored_rows(version)]
@@ -265,7 +265,7 @@ def test_realtime_mode_matches_lists_and_maps_through_the_filter_workers(night, 
 
 
 def _stored_rows(version):
-    from skyfilter.core.crossmatch import read_index
+    from skyfilter.watch.crossmatch import read_index
 
     index = read_index(version.for_workers())
     return zip(index.source_id.to_pylist(), np.degrees(index.ra), np.degrees(index.dec), index.radius, strict=True)

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from skyfilter.archive.layout import STATS_COLUMNS, archive_rows, index_paths, index_reader, is_raw, record_schema
 from skyfilter.archive.nightly_topics import NightlyTopics
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.lanes import LaneName
+from skyfilter.core.lane_names import LaneName
 from skyfilter.filtering.decode import decode, is_accepted
 from skyfilter.lanes.delivery_log import SummaryWriter, checkpoint_query_id
 from skyfilter.lanes.lane import Lane, LaneServices

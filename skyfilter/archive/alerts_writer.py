@@ -39,8 +39,8 @@ from skyfilter.archive.layout import STATS_COLUMNS
 from skyfilter.archive.topic_batches import TopicBatches, next_offsets
 from skyfilter.core.alert_columns import AlertColumns
 from skyfilter.core.config import Config
-from skyfilter.core.kafka_clients import client_settings
-from skyfilter.core.lanes import LaneName
+from skyfilter.core.lane_names import LaneName
+from skyfilter.kafka.clients import client_settings
 from skyfilter.lanes.monitoring import StreamMonitor
 
 LANE = LaneName.ARCHIVE

@@ -32,8 +32,8 @@ import pyarrow as pa
 from fastavro import parse_schema, schemaless_reader
 
 from skyfilter.core.alert_columns import MJD_UNIX_EPOCH, AlertColumns
-from skyfilter.core.avro_schemas import clean_schema
-from skyfilter.core.wire import HEADER_SIZE, MAGIC_BYTE
+from skyfilter.schemas.avro import clean_schema
+from skyfilter.schemas.wire import HEADER_SIZE, MAGIC_BYTE
 
 MAGIC = bytes([MAGIC_BYTE])
 

@@ -28,11 +28,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
 from skyfilter.core.alert_columns import AlertColumns
-from skyfilter.core.avro_schemas import cutout_fields, only_paths, schema_text
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.wire import HEADER_SIZE, frame
 from skyfilter.filtering.input_schemas import per_writer
 from skyfilter.plan.tables import RAW_COLUMNS, is_table
+from skyfilter.schemas.avro import cutout_fields, only_paths, schema_text
+from skyfilter.schemas.wire import HEADER_SIZE, frame
 from skyfilter.spark.internals import unresolved_column_names
 
 MESSAGE_KEY = ["night", "kafka_topic", "kafka_partition", "kafka_offset"]

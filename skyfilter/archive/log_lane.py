@@ -18,11 +18,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from skyfilter.archive.insert_once import StoredMarks
-from skyfilter.core.lanes import LaneName
-from skyfilter.filtering.watch_columns import WATCH_MATCHES_DDL
+from skyfilter.core.lane_names import LaneName
 from skyfilter.lanes.delivery_log import batch_records, match_records
 from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.tables import METRICS_SCHEMA, run_side_by_side
+from skyfilter.watch.columns import WATCH_MATCHES_DDL
 
 LANE = LaneName.ARCHIVE_LOG
 # the keys of each table's rows; the last grows along a source (offsets along input partitions, batch ids along a

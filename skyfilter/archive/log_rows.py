@@ -18,7 +18,7 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 WATCH_MATCH = pa.struct([("kind", pa.string()), ("name", pa.string()), ("version", pa.int64()),
                          ("source_id", pa.string()), ("source_name", pa.string()),
                          ("separation_arcsec", pa.float64()), ("credible_level", pa.float64()),
-                         ("probability_density", pa.float64())])  # skyfilter/filtering/watch_columns.py MATCH_TYPE
+                         ("probability_density", pa.float64())])  # skyfilter/watch/columns.py MATCH_TYPE
 
 MATCHES_SCHEMA = pa.schema([
     ("night", pa.string()), ("visit_id", pa.int64()), ("alert_id", pa.string()), ("broker", pa.string()),

@@ -19,7 +19,7 @@ from skyfilter.archive.delta_appends import KeyedAppends, stored_offsets
 from skyfilter.archive.log_rows import LOG_TABLES, table_rows
 from skyfilter.archive.topic_batches import TopicBatches, next_offsets
 from skyfilter.core.config import Config
-from skyfilter.core.lanes import LaneName
+from skyfilter.core.lane_names import LaneName
 from skyfilter.lanes.monitoring import StreamMonitor
 
 LANE = LaneName.ARCHIVE_LOG

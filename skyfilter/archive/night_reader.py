@@ -9,10 +9,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from skyfilter.archive.layout import archived_schemas, is_legacy, is_raw, restore_legacy_messages, with_fields
-from skyfilter.core.avro_schemas import cutout_fields, without_fields
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.reader_schema import reader_for
 from skyfilter.filtering.input_schemas import InputSchemas
+from skyfilter.schemas.avro import cutout_fields, without_fields
+from skyfilter.schemas.reader import reader_for
 
 
 @dataclass

@@ -13,9 +13,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from skyfilter.core.config import Config
-from skyfilter.core.registry import open_registry
-from skyfilter.core.topics import ensure_topics, topic_partitions
+from skyfilter.kafka.topics import ensure_topics, topic_partitions
 from skyfilter.plan.outputs import register_writers
+from skyfilter.registry.client import open_registry
 
 
 def nightly_topic(topic: str, night: str) -> str:

@@ -26,9 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-from skyfilter.core.cpu_share import IdleGroup, group_name, idle_group
-from skyfilter.core.processes import lower_priority, wait_for_group
 from skyfilter.lanes.totals import StreamTotals
+from skyfilter.local.cpu_share import IdleGroup, group_name, idle_group
+from skyfilter.local.processes import lower_priority, wait_for_group
 
 JOB = "skyfilter.jobs.filter_stream"  # run with python -m: the installed job, wherever the package is
 ERROR_LINE = re.compile(r"^filter_stream: error: ")

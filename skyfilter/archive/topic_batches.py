@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from skyfilter.core.config import Config
-from skyfilter.core.kafka_clients import client_settings
+from skyfilter.kafka.clients import client_settings
 from skyfilter.lanes.monitoring import StreamMonitor
 
 POLL_S = 0.5  # longest wait for messages inside a batch window

@@ -1,4 +1,2 @@
-"""The ground floor: configuration, Avro schemas and the schema registry, Kafka clients and the local
-Kafka, filter loading.  Nothing here starts Spark or imports the floors above: ``skyfilter.producers``, the
-Spark packages (``spark``, ``filtering``, ``plan``, ``lanes``, ``delivery``, ``archive``), ``skyfilter.tools``,
-``skyfilter.jobs`` and the ``skyfilter`` command."""
+"""What every room needs: the configuration and its typed sections, errors, lane names, the filter API and
+filter loading, broker files, alert columns, the figures of a batch.  Nothing here starts Spark or Kafka."""

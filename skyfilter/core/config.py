@@ -12,7 +12,7 @@ relative to the project root: the folder holding the file's ``conf/`` folder, an
 the packaged defaults the checkout skyfilter runs from (else the working directory).
 
 ``conf/local.yaml`` is the one place defaults live; what kind of value each key
-takes is declared once, as typed section objects (:mod:`skyfilter.core.settings`).
+takes is declared once, as typed section objects (:mod:`skyfilter.core.config_types`).
 Every file and ``--set`` is checked against them when a config is loaded, so a
 misspelt or unknown key, or a value of the wrong kind, is one error naming the
 file and the key instead of a setting silently ignored; the code then reads the
@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 
 import yaml
 
-from skyfilter.core import settings
+from skyfilter.core import config_types as settings
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.versions import PACKAGE_DATA, PROJECT_ROOT
 

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, Observation
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.figures import DeliveryFigures, FilterReports
 from skyfilter.core.filter_loader import FilterSpec
-from skyfilter.core.lanes import LaneName
+from skyfilter.core.lane_names import LaneName
 from skyfilter.delivery.batch_figures import BatchMatches, read_matches
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.delivery.program import DeliveryProgram, program_key

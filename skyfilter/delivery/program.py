@@ -26,7 +26,6 @@ from skyfilter.delivery.batch_figures import observe_steps
 from skyfilter.delivery.caps import DELIVERED_BEFORE, VisitCaps, capped, decision_steps, slim_steps
 from skyfilter.filtering.decode import alert_field_names, decode_steps, is_accepted
 from skyfilter.filtering.filter_eval import FilterSet, filter_steps
-from skyfilter.filtering.watch_columns import WATCH_DOWN_COLUMN, used_by, watch_steps
 from skyfilter.plan.outgoing import (
     BATCH_ID_COLUMN,
     broker_match_step,
@@ -37,6 +36,7 @@ from skyfilter.plan.outgoing import (
 from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, StreamPlan
 from skyfilter.spark.plan_template import PlanTemplate
 from skyfilter.spark.steps import JvmSteps, Step, apply_steps, drop
+from skyfilter.watch.columns import WATCH_DOWN_COLUMN, used_by, watch_steps
 
 _observation_ids = itertools.count()
 

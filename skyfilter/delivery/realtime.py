@@ -49,7 +49,7 @@ from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.figures import FilterReports
 from skyfilter.core.filter_loader import FilterSpec
-from skyfilter.core.lanes import LaneName
+from skyfilter.core.lane_names import LaneName
 from skyfilter.delivery.batch_figures import figure_aggregates, read_matches
 from skyfilter.delivery.caps import realtime_broker_visits, realtime_cap_step
 from skyfilter.delivery.micro_batches import batch_stats, report_batch, summary_record
@@ -60,9 +60,8 @@ from skyfilter.filtering.filter_errors import FilterErrorWatch, error_record
 from skyfilter.filtering.filter_eval import FilterSet, worker_filter_set
 from skyfilter.filtering.filter_workers import filter_set, watch_set
 from skyfilter.filtering.input_schemas import NEW_SCHEMA_ERROR
-from skyfilter.filtering.watch_columns import template_columns, used_by, watch_down_report
 from skyfilter.lanes.delivery_log import RESTORE_HOURS, SummaryWriter
-from skyfilter.lanes.kafka_watch import offsets_past_checkpoint
+from skyfilter.lanes.kafka_reachability import offsets_past_checkpoint
 from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.outgoing import message_steps, with_batch_id
 from skyfilter.plan.quarantine import Quarantine
@@ -77,6 +76,7 @@ from skyfilter.spark.internals import (
     visit_cap_counts,
 )
 from skyfilter.spark.steps import apply_steps
+from skyfilter.watch.columns import template_columns, used_by, watch_down_report
 
 LANE = LaneName.REALTIME
 OBSERVATION = "skyfilter_realtime"

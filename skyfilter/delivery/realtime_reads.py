@@ -16,8 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from skyfilter.core.config import Config
-from skyfilter.core.lag import LatestOffsets
-from skyfilter.core.lanes import LaneName
+from skyfilter.core.lane_names import LaneName
+from skyfilter.kafka.lag import LatestOffsets
 from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.read_positions import marked_positions, start_positions
 from skyfilter.plan.stream_plan import StreamPlan

@@ -7,7 +7,7 @@ whose filters that work are known (a quarantined or broken filter no longer coun
 from __future__ import annotations
 
 from skyfilter.core.brokers import BrokerSpec
-from skyfilter.core.settings import Realtime
+from skyfilter.core.config_types import Realtime
 from skyfilter.plan.run_plan import BrokerNeeds, realtime_refusal
 from skyfilter.plan.stream_plan import StreamPlan
 

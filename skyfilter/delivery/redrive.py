@@ -18,11 +18,11 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from skyfilter.core.config import Config
-from skyfilter.core.delivery import read_topic
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import client_settings
-from skyfilter.core.wire import WireFormatError, unframe
 from skyfilter.filtering.input_schemas import InputSchemas
+from skyfilter.kafka.clients import client_settings
+from skyfilter.kafka.read_back import read_topic
+from skyfilter.schemas.wire import WireFormatError, unframe
 
 SCHEMA_REASON = "schema id "  # the reasons the schema policy gives (not registered, cannot be read)
 

@@ -19,8 +19,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from skyfilter.core.alert_columns import MJD_UNIX_EPOCH, AlertColumns
-from skyfilter.core.avro_schemas import schema_text
 from skyfilter.filtering.input_schemas import NEW_SCHEMA_ERROR, InputSchemas, per_writer
+from skyfilter.schemas.avro import schema_text
 from skyfilter.spark.steps import Step, apply_steps, select
 
 # Columns the stream adds around the alert's own fields.

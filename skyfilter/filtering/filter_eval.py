@@ -28,9 +28,9 @@ from pyspark.sql.functions import pandas_udf
 
 from skyfilter.core.filter_loader import FilterProblem, FilterSpec, filter_function
 from skyfilter.filtering.sql_filters import analyze_sql, explain
-from skyfilter.filtering.watch_columns import references
 from skyfilter.spark.internals import arrow_schema_of
 from skyfilter.spark.steps import Step, apply_steps, drop, with_columns
+from skyfilter.watch.columns import references
 
 PYTHON_COLUMN = "_python_filters"
 REPORT_FIELD = "_report"

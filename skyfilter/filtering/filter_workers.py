@@ -59,9 +59,9 @@ def filter_set(filters: list[dict], arrow_schema: bytes, budget_s: float, run: s
 
 
 def watch_set(versions: list, run: str) -> FilterSet:
-    """A set of watchlist and watchmap versions (``skyfilter/core/crossmatch.py``'s ``WatchVersion``) for the
+    """A set of watchlist and watchmap versions (``skyfilter/watch/crossmatch.py``'s ``WatchVersion``) for the
     workers to match alert positions against: a request's row is ``{"ra": .., "dec": ..}``, the reply the flat
-    fields as JSON (``skyfilter/filtering/watch_columns.py``).  Their files are read where the worker runs: on a
+    fields as JSON (``skyfilter/watch/columns.py``).  Their files are read where the worker runs: on a
     cluster, from storage every executor shares."""
     return _set(WATCH_ROLE, json.dumps({"watch": [dataclasses.asdict(v) for v in versions]}, sort_keys=True), run)
 
@@ -102,13 +102,13 @@ class LoadedWatch:
     """A set of watchlist and watchmap versions as the worker matches positions against them."""
 
     def __init__(self, entries: list[dict]):
-        from skyfilter.core.crossmatch import WatchVersion
+        from skyfilter.watch.crossmatch import WatchVersion
 
         self.versions = tuple(WatchVersion(e["kind"], e["name"], e["version"], tuple(e["files"])) for e in entries)
 
     def replies(self, rows: list[dict]) -> list[str]:
         """Each alert's flat fields, as JSON."""
-        from skyfilter.core.crossmatch import watch_outputs
+        from skyfilter.watch.crossmatch import watch_outputs
 
         nan = float("nan")
         out = watch_outputs(self.versions, [nan if r.get("ra") is None else r["ra"] for r in rows],

@@ -5,7 +5,7 @@ season).  Each alert's wire-format header names its writer schema; the
 stream decodes it with that schema, resolved onto one reader schema, so
 filters, outputs and the archive see one set of columns whatever the version.
 
-The reader is chosen by a policy (``skyfilter/core/reader_schema.py``): the
+The reader is chosen by a policy (``skyfilter/schemas/reader.py``): the
 topic's family, walked in registration order, or ``stream.reader_schema``
 pinned.  While the stream runs, the lanes look for versions registered since
 (:class:`InputWatch`) and offer each to the reader the same way: a readable
@@ -23,11 +23,11 @@ from pathlib import Path
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from skyfilter.core.avro_schemas import clean_schema, fingerprint
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.reader_schema import admit, choose_reader, family, schema_name
-from skyfilter.core.registry import open_registry, subject_for
+from skyfilter.registry.client import open_registry, subject_for
+from skyfilter.schemas.avro import clean_schema, fingerprint
+from skyfilter.schemas.reader import admit, choose_reader, family, schema_name
 
 # A Real-time Mode query, which cannot look at the registry between records, stops on an id it does not know
 # with an error carrying this text; the lane then reads the registry and starts again (skyfilter/delivery/realtime.py).

@@ -27,12 +27,12 @@ from skyfilter.archive.writer_query import (
 from skyfilter.core.alert_columns import detect
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.lanes import LaneName
-from skyfilter.core.status import write_starting
-from skyfilter.core.topics import ensure_topics
+from skyfilter.core.lane_names import LaneName
 from skyfilter.jobs.stop_signals import StopSignals
+from skyfilter.kafka.topics import ensure_topics
 from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.totals import StreamTotals
+from skyfilter.local.status import write_starting
 from skyfilter.plan.stream_plan import delivery_log_topic
 from skyfilter.plan.tables import raw_layout, table_paths
 from skyfilter.plan.triggers import AVAILABLE_NOW

@@ -28,9 +28,9 @@ from pyspark.sql import functions as F
 from skyfilter.archive.night_reader import NightSelection, read_messages
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.config import Config
-from skyfilter.core.delivery import read_topic
-from skyfilter.core.lag import LatestOffsets
 from skyfilter.jobs.night_filters import filter_night
+from skyfilter.kafka.lag import LatestOffsets
+from skyfilter.kafka.read_back import read_topic
 from skyfilter.plan.outgoing import keep_every_match, match_rows
 from skyfilter.plan.tables import table_paths
 

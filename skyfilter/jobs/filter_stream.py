@@ -19,24 +19,24 @@ import os
 import sys
 
 from skyfilter.archive.process import ArchiveProcess
-from skyfilter.core.arguments import config_from_args
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import act_as
-from skyfilter.core.lanes import LANE_CHOICES, LaneName
-from skyfilter.core.processes import start_time
-from skyfilter.core.reader_schema import schema_name
-from skyfilter.core.status import BUILDING, STARTING, write_starting
+from skyfilter.core.lane_names import LANE_CHOICES, LaneName
 from skyfilter.delivery.redrive import redrive_dead_letters
 from skyfilter.jobs import archive_without_spark
 from skyfilter.jobs.job_config import add_common_arguments, job_main
 from skyfilter.jobs.stream_job import StreamJob
-from skyfilter.lanes.kafka_watch import wait_until_reachable
+from skyfilter.kafka.clients import act_as
+from skyfilter.lanes.kafka_reachability import wait_until_reachable
 from skyfilter.lanes.totals import StreamTotals, summary_lines
+from skyfilter.local.arguments import config_from_args
+from skyfilter.local.processes import start_time
+from skyfilter.local.status import BUILDING, STARTING, write_starting
 from skyfilter.plan.run_plan import RunPlan, on_master, settle_run, with_slots
 from skyfilter.plan.slots import configured_master, local_cores
 from skyfilter.plan.starting_offsets import starting_offsets
 from skyfilter.plan.stream_plan import build_plan, wait_for_schema
+from skyfilter.schemas.reader import schema_name
 from skyfilter.spark.session import get_spark
 
 ARCHIVE_START_S = 300.0  # how long the job waits for its archive process to run before saying it is running

@@ -8,8 +8,8 @@ import sys
 import threading
 from collections.abc import Callable
 
-from skyfilter.core.arguments import add_config_arguments
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.local.arguments import add_config_arguments
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

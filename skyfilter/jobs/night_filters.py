@@ -21,10 +21,10 @@ from skyfilter.core.filter_loader import FilterSpec
 from skyfilter.filtering.decode import is_accepted
 from skyfilter.filtering.filter_eval import add_filter_columns
 from skyfilter.filtering.input_schemas import InputSchemas
-from skyfilter.filtering.watch_columns import Watch, load_watch, template_columns, used_by, watch_as_of, watch_steps
 from skyfilter.plan.outgoing import add_broker_matches
 from skyfilter.plan.stream_plan import resolve_filters
 from skyfilter.spark.steps import apply_steps
+from skyfilter.watch.columns import Watch, load_watch, template_columns, used_by, watch_as_of, watch_steps
 
 
 @dataclass

@@ -24,20 +24,20 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from skyfilter.archive.night_reader import NightSelection, last_night, parse_visits, read_messages
-from skyfilter.core.arguments import config_from_args
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import act_as, client_settings, spark_sink_options
-from skyfilter.core.registry import open_registry
-from skyfilter.core.topics import check_reachable, ensure_topics, topic_partitions
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.filtering.input_schemas import InputSchemas
 from skyfilter.jobs.job_config import add_common_arguments, job_main
 from skyfilter.jobs.night_filters import filter_night
+from skyfilter.kafka.clients import act_as, client_settings, spark_sink_options
+from skyfilter.kafka.topics import check_reachable, ensure_topics, topic_partitions
+from skyfilter.local.arguments import config_from_args
 from skyfilter.plan.outgoing import kafka_rows, match_rows
 from skyfilter.plan.outputs import prepare_outputs, register_writers
 from skyfilter.plan.stream_plan import configured_cutouts
 from skyfilter.plan.tables import table_paths
+from skyfilter.registry.client import open_registry
 from skyfilter.spark.session import get_spark
 
 

@@ -31,23 +31,23 @@ from skyfilter.archive.process import ArchiveProcess
 from skyfilter.archive.writer_query import archived_offsets, logged_log_offsets, start_log_writer, start_writer
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import spark_sink_options, spark_source_options
-from skyfilter.core.lanes import LaneName
-from skyfilter.core.processes import write_whole
-from skyfilter.core.status import status_file
-from skyfilter.core.topics import ensure_topics, topic_partitions
+from skyfilter.core.lane_names import LaneName
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.delivery.micro_batches import V1_SOURCES_WITHOUT_KAFKA, DeliveryLane
 from skyfilter.delivery.realtime import RealtimeLane
 from skyfilter.delivery.realtime_reads import marked_reads, reader_name, watch_realtime_reads
 from skyfilter.delivery.realtime_split import broker_refusal, split_line
 from skyfilter.jobs.stop_signals import StopSignals
+from skyfilter.kafka.clients import spark_sink_options, spark_source_options
+from skyfilter.kafka.topics import ensure_topics, topic_partitions
 from skyfilter.lanes.delivery_log import SummaryWriter, delivered_so_far
-from skyfilter.lanes.kafka_watch import InputArrivals, KafkaWatch, offsets_past_checkpoint
+from skyfilter.lanes.kafka_reachability import InputArrivals, KafkaWatch, offsets_past_checkpoint
 from skyfilter.lanes.lane import LaneServices, between_batches
 from skyfilter.lanes.lane_failures import failure_line, is_spark_55271
 from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.totals import StreamTotals
+from skyfilter.local.processes import write_whole
+from skyfilter.local.status import status_file
 from skyfilter.plan.quarantine import Quarantine
 from skyfilter.plan.reload import PlanReloader
 from skyfilter.plan.run_plan import RunPlan

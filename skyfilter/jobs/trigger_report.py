@@ -16,9 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from skyfilter.core.arguments import config_from_args
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.jobs.job_config import add_common_arguments, job_main
+from skyfilter.local.arguments import config_from_args
 from skyfilter.plan.tables import table_paths
 from skyfilter.spark.session import get_spark
 

@@ -25,8 +25,8 @@ from pyspark.sql import functions as F
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import client_settings, spark_source_options
-from skyfilter.core.lag import last_batch
+from skyfilter.kafka.clients import client_settings, spark_source_options
+from skyfilter.kafka.lag import last_batch
 
 KIND_BATCH = "batch"
 MATCH_SCHEMA = ("kind string, lane string, batch_id long, night string, visit_id long, alert_id string, "

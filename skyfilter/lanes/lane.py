@@ -11,12 +11,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.registry import open_registry
 from skyfilter.filtering.input_schemas import InputSchemas, InputWatch
 from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.totals import StreamTotals
 from skyfilter.plan.outputs import prepare_outputs, register_writers
 from skyfilter.plan.stream_plan import PlanCell, StreamPlan, template_frame
+from skyfilter.registry.client import open_registry
 from skyfilter.spark.internals import warm_up_kafka_clients
 
 

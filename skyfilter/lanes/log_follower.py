@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable
 
 from skyfilter.core.config import Config
-from skyfilter.core.kafka_clients import client_settings
+from skyfilter.kafka.clients import client_settings
 
 Handler = Callable[[dict, int], None]  # (record, its Kafka timestamp in ms)
 

@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from skyfilter.core.config import Config
 from skyfilter.core.figures import DeliveryFigures
-from skyfilter.core.lag import LatestOffsets, committed_offsets, lag_per_partition
+from skyfilter.kafka.lag import LatestOffsets, committed_offsets, lag_per_partition
 from skyfilter.lanes.log_follower import DeliveryLogFollower
 from skyfilter.lanes.read_positions import OldestUnread, Positions, consumer_group
 from skyfilter.lanes.recent_latency import LATENCY_BUCKETS, RecentLatency

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from skyfilter.core.config import Config
-from skyfilter.core.kafka_clients import client_settings
-from skyfilter.core.lag import committed_offsets
-from skyfilter.core.topics import admin_client
+from skyfilter.kafka.clients import client_settings
+from skyfilter.kafka.lag import committed_offsets
+from skyfilter.kafka.topics import admin_client
 
 Positions = Callable[[list[int]], dict[int, int]]  # partitions -> the lane's next offset to read in each
 

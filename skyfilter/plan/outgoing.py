@@ -34,12 +34,12 @@ from pyspark.sql import types as T
 from pyspark.sql.avro.functions import to_avro
 
 from skyfilter.core.brokers import BrokerSpec
-from skyfilter.core.wire import HEADER_SIZE, frame
 from skyfilter.filtering.decode import is_accepted
 from skyfilter.filtering.filter_eval import filter_column
 from skyfilter.filtering.input_schemas import per_writer
-from skyfilter.filtering.watch_columns import WATCH_MATCHES_DDL
+from skyfilter.schemas.wire import HEADER_SIZE, frame
 from skyfilter.spark.steps import Step, apply_steps, select, with_columns
+from skyfilter.watch.columns import WATCH_MATCHES_DDL
 
 HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
                                          T.StructField("value", T.BinaryType())]))

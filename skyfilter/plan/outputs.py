@@ -26,17 +26,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from skyfilter.core.alert_columns import detect
-from skyfilter.core.avro_schemas import schema_text, without_fields
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import FilterSpec
-from skyfilter.core.registry import open_registry, subject_for
-from skyfilter.core.topics import ensure_topics
 from skyfilter.filtering.input_schemas import InputSchemas
-from skyfilter.filtering.watch_columns import WATCH_FIELD
+from skyfilter.kafka.topics import ensure_topics
 from skyfilter.plan.outgoing import MATCHED_FIELD, Encoding, filter_names
+from skyfilter.registry.client import open_registry, subject_for
+from skyfilter.schemas.avro import schema_text, without_fields
 from skyfilter.spark.internals import avro_schema_of
+from skyfilter.watch.columns import WATCH_FIELD
 
 LITE_NAMESPACE = "skyfilter.lite"
 

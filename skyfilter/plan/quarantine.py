@@ -23,9 +23,9 @@ from pyspark.sql import types as T
 from skyfilter.core.config import Config
 from skyfilter.core.figures import FilterReports
 from skyfilter.core.filter_loader import FilterProblem, load_filters
-from skyfilter.core.kafka_clients import client_settings
-from skyfilter.core.processes import write_whole
-from skyfilter.core.topics import ensure_topics
+from skyfilter.kafka.clients import client_settings
+from skyfilter.kafka.topics import ensure_topics
+from skyfilter.local.processes import write_whole
 from skyfilter.plan.stream_plan import PlanCell, StreamPlan
 from skyfilter.plan.tables import append, is_table
 

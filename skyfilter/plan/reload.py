@@ -22,10 +22,10 @@ from skyfilter.core.brokers import BrokerSpec, load_brokers
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import FilterProblem
-from skyfilter.filtering.watch_columns import Watch, load_watch, used_by
-from skyfilter.filtering.watch_store import fingerprint as watch_fingerprint
 from skyfilter.plan.outputs import prepare_outputs
 from skyfilter.plan.stream_plan import PlanCell, StreamPlan, resolve_filters, template_frame
+from skyfilter.watch.columns import Watch, load_watch, used_by
+from skyfilter.watch.store import fingerprint as watch_fingerprint
 
 
 def files_fingerprint(filters_dir: Path, brokers_file: Path) -> tuple:

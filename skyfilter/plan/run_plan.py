@@ -17,15 +17,15 @@ from pathlib import Path
 
 from skyfilter.core.brokers import BrokerSpec, load_brokers
 from skyfilter.core.config import Config
+from skyfilter.core.config_types import Realtime
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import FilterSpec
-from skyfilter.core.lanes import LANE_CHOICES, LaneName
-from skyfilter.core.settings import Realtime
-from skyfilter.core.topics import topic_partitions
-from skyfilter.filtering.watch_columns import REFERENCE
+from skyfilter.core.lane_names import LANE_CHOICES, LaneName
+from skyfilter.kafka.topics import topic_partitions
 from skyfilter.plan.slots import Slots, local_cores, plan_slots
 from skyfilter.plan.tables import raw_layout, table_paths
 from skyfilter.plan.triggers import AVAILABLE_NOW, REALTIME, Triggers, duration
+from skyfilter.watch.columns import REFERENCE
 
 
 @dataclass(frozen=True)

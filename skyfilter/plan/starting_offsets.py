@@ -27,7 +27,7 @@ from pathlib import Path
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.lag import LatestOffsets
+from skyfilter.kafka.lag import LatestOffsets
 
 CHOICES = ("auto", "latest", "earliest")
 

@@ -19,18 +19,21 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from skyfilter.core.alert_columns import AlertColumns, detect
-from skyfilter.core.avro_schemas import cutout_fields, filled_record, schema_text, schemaless_body, without_fields
 from skyfilter.core.brokers import BrokerSpec, load_brokers
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import FilterProblem, FilterSpec, load_filters
-from skyfilter.core.registry import open_registry, subject_for
-from skyfilter.core.topics import ensure_topics
-from skyfilter.core.wire import frame
 from skyfilter.filtering.decode import decode, reserved_columns
 from skyfilter.filtering.filter_eval import validate_filters
 from skyfilter.filtering.input_schemas import InputSchemas, load_input_schemas
-from skyfilter.filtering.watch_columns import (
+from skyfilter.kafka.topics import ensure_topics
+from skyfilter.plan.outgoing import Encoding
+from skyfilter.plan.outputs import prepare_outputs
+from skyfilter.plan.tables import table_paths
+from skyfilter.registry.client import open_registry, subject_for
+from skyfilter.schemas.avro import cutout_fields, filled_record, schema_text, schemaless_body, without_fields
+from skyfilter.schemas.wire import frame
+from skyfilter.watch.columns import (
     Watch,
     broker_matches,
     broker_uses,
@@ -41,9 +44,6 @@ from skyfilter.filtering.watch_columns import (
     template_columns,
     used_by,
 )
-from skyfilter.plan.outgoing import Encoding
-from skyfilter.plan.outputs import prepare_outputs
-from skyfilter.plan.tables import table_paths
 
 KAFKA_SOURCE_SCHEMA = T.StructType([
     T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from skyfilter.core.alert_columns import current_night
-from skyfilter.core.avro_schemas import rubin_schema
 from skyfilter.core.config import Config
-from skyfilter.core.kafka_clients import act_as, client_settings
-from skyfilter.core.registry import open_registry, subject_for
-from skyfilter.core.topics import check_reachable, ensure_topics
+from skyfilter.kafka.clients import act_as, client_settings
+from skyfilter.kafka.topics import check_reachable, ensure_topics
 from skyfilter.producers.produce import AlertSource, ProduceReport, run_producers
 from skyfilter.producers.sources import FileSource, SimulatedSource
+from skyfilter.registry.client import open_registry, subject_for
+from skyfilter.schemas.avro import rubin_schema
 
 
 @dataclass

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from skyfilter.core.alert_columns import MJD_UNIX_EPOCH
-from skyfilter.core.avro_schemas import blank_value
 from skyfilter.producers.cutouts import alert_stamps
+from skyfilter.schemas.avro import blank_value
 
 BANDS = ("u", "g", "r", "i", "z", "y")
 BAND_WEIGHTS = (0.07, 0.1, 0.22, 0.22, 0.2, 0.19)

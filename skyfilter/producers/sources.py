@@ -10,11 +10,11 @@ import fastavro
 from fastavro.schema import parse_schema
 
 from skyfilter.core.alert_columns import alert_id_of, detect
-from skyfilter.core.avro_schemas import avro_files, fingerprint, read_container
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.wire import frame
 from skyfilter.producers.produce import AlertSource
 from skyfilter.producers.simulate import AlertSimulator
+from skyfilter.schemas.avro import avro_files, fingerprint, read_container
+from skyfilter.schemas.wire import frame
 
 
 class SimulatedSource(AlertSource):

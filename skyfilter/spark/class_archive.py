@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.spark_cluster import spark_home
 from skyfilter.core.versions import PROJECT_ROOT
+from skyfilter.local.spark_cluster import spark_home
 
 CLASS_ARCHIVE = PROJECT_ROOT / ".local" / "jvm" / "spark-classes.jsa"
 EMPTY_CONF = PROJECT_ROOT / ".local" / "jvm" / "empty-conf"  # Spark's conf folder on the class path, kept empty

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.spark_cluster import JVM_JAR, spark_home
 from skyfilter.core.versions import PROJECT_ROOT, spark_packages
+from skyfilter.local.spark_cluster import JVM_JAR, spark_home
 from skyfilter.spark.class_archive import CLASS_ARCHIVE, with_class_archive, write_class_archive
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"

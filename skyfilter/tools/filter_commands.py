@@ -43,7 +43,7 @@ def filters_check(cfg: Config, args: argparse.Namespace) -> int:
 
 def filters_status(cfg: Config, args: argparse.Namespace) -> int:
     """Print each filter's state as the stream last recorded it."""
-    from skyfilter.core.status import filter_state_counts
+    from skyfilter.local.status import filter_state_counts
 
     name = args.name or cfg.topics.alerts
     path = cfg.filter_states_file(name)

@@ -12,16 +12,16 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from skyfilter.core.avro_schemas import rubin_schema, schema_file, schema_text
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import FilterSpec, load_filters
-from skyfilter.core.registry import open_registry, subject_for
 from skyfilter.filtering.filter_eval import validate_filters
 from skyfilter.filtering.input_schemas import single_schema
-from skyfilter.filtering.watch_columns import load_watch
 from skyfilter.plan.stream_plan import template_frame
+from skyfilter.registry.client import open_registry, subject_for
+from skyfilter.schemas.avro import rubin_schema, schema_file, schema_text
 from skyfilter.spark.session import get_spark
+from skyfilter.watch.columns import load_watch
 
 
 def schema_for_check(cfg: Config, topic: str | None, schema_path: str | None) -> tuple[str, str]:

@@ -24,13 +24,9 @@ from pyspark.sql import functions as F
 
 from skyfilter.archive.night_reader import NightSelection, read_messages
 from skyfilter.core.alert_columns import detect, position_fields
-from skyfilter.core.avro_schemas import avro_files, fingerprint, read_container, schema_text
 from skyfilter.core.config import Config
-from skyfilter.core.delivery import percentile
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import FilterSpec, load_filters
-from skyfilter.core.reader_schema import reader_for
-from skyfilter.core.wire import frame
 from skyfilter.filtering.decode import decode, is_accepted
 from skyfilter.filtering.filter_eval import (
     PYTHON_COLUMN,
@@ -42,11 +38,15 @@ from skyfilter.filtering.filter_eval import (
     validate_filters,
 )
 from skyfilter.filtering.input_schemas import InputSchemas
-from skyfilter.filtering.watch_columns import Watch, load_watch, references, template_columns, watch_steps
+from skyfilter.kafka.read_back import percentile
 from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA
 from skyfilter.plan.tables import table_paths
+from skyfilter.schemas.avro import avro_files, fingerprint, read_container, schema_text
+from skyfilter.schemas.reader import reader_for
+from skyfilter.schemas.wire import frame
 from skyfilter.spark.internals import referenced_columns, unresolved_column_names
 from skyfilter.spark.steps import apply_steps
+from skyfilter.watch.columns import Watch, load_watch, references, template_columns, watch_steps
 
 SQL_TIMING_RUNS = 10
 SQL_TIMING_ROWS = 10_000  # SQL filters are timed over at least this many alerts (copies of the sample)
@@ -92,7 +92,7 @@ def sample_frame(spark: SparkSession, cfg: Config, paths: list[str | Path]) -> t
 
     Files of several versions of one survey's schema are read as the stream reads a topic
     that carries them: each with its own schema, onto the newest one widened
-    (``skyfilter/core/reader_schema.py``).
+    (``skyfilter/schemas/reader.py``).
     """
     files = avro_files(paths)
     writers: dict[str, int] = {}  # fingerprint -> id, in the order first seen

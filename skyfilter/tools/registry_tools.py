@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skyfilter.core.avro_schemas import schema_file, schema_text
 from skyfilter.core.config import Config
-from skyfilter.core.reader_schema import family, schema_name
-from skyfilter.core.registry import open_registry, subject_for
 from skyfilter.filtering.input_schemas import check_writer
+from skyfilter.registry.client import open_registry, subject_for
+from skyfilter.schemas.avro import schema_file, schema_text
+from skyfilter.schemas.reader import family, schema_name
 
 
 def check_schema_file(cfg: Config, path: Path, topic: str) -> tuple[str | None, str]:

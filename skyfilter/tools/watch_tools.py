@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from skyfilter.core.arguments import add_config_arguments, config_from_args
-from skyfilter.core.crossmatch import read_index
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.watch_files import cell_area_deg2, check_name, read_watchlist, read_watchmap
-from skyfilter.filtering.watch_store import current, existing, latest, read_version, remove, store, table_path, unit
+from skyfilter.local.arguments import add_config_arguments, config_from_args
+from skyfilter.watch.crossmatch import read_index
+from skyfilter.watch.files import cell_area_deg2, check_name, read_watchlist, read_watchmap
+from skyfilter.watch.store import current, existing, latest, read_version, remove, store, table_path, unit
 
 DEFAULT_RADIUS_ARCSEC = 2.0
 DEFAULT_LEVEL = 0.9

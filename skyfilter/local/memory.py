@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from skyfilter.core.processes import command_line
+from skyfilter.local.processes import command_line
 
 
 def own_rss_mb() -> float:

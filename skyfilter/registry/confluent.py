@@ -10,9 +10,9 @@ from __future__ import annotations
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from skyfilter.core.avro_schemas import fingerprint, schema_text
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.registry_topic import other_alerts_error
+from skyfilter.registry.topic_store import other_alerts_error
+from skyfilter.schemas.avro import fingerprint, schema_text
 
 SUBJECT_NOT_FOUND = (40401, 40402, 40403)
 

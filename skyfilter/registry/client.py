@@ -2,10 +2,10 @@
 
 Two implementations with one interface:
 
-* :class:`KafkaTopicRegistry` (default, ``skyfilter/core/registry_topic.py``): a
+* :class:`KafkaTopicRegistry` (default, ``skyfilter/registry/topic_store.py``): a
   compacted Kafka topic, served to standard clients over Confluent's REST API
-  by ``skyfilter registry serve`` (``skyfilter/core/registry_server.py``).
-* :class:`ConfluentRegistry` (``skyfilter/core/registry_confluent.py``): any
+  by ``skyfilter registry serve`` (``skyfilter/registry/server.py``).
+* :class:`ConfluentRegistry` (``skyfilter/registry/confluent.py``): any
   Confluent-compatible REST registry, used instead when ``schema_registry.url``
   (the input topic's) or ``schema_registry.output.url`` (the broker topics') is set.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from skyfilter.core.config import Config
-from skyfilter.core.registry_confluent import ConfluentRegistry
-from skyfilter.core.registry_topic import KafkaTopicRegistry
+from skyfilter.registry.confluent import ConfluentRegistry
+from skyfilter.registry.topic_store import KafkaTopicRegistry
 
 __all__ = ["ConfluentRegistry", "KafkaTopicRegistry", "SchemaRegistry", "open_registry", "subject_for"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from skyfilter.core.config import Config, parse_overrides
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_local import LocalKafka
+from skyfilter.local.kafka import LocalKafka
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, state_dir: str | None = None,

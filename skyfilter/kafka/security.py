@@ -26,7 +26,7 @@ from pathlib import Path
 from skyfilter.core.brokers import BrokerSpec, load_brokers
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import credentials_dir, read_credentials
+from skyfilter.kafka.clients import credentials_dir, read_credentials
 
 ADMIN = "admin"
 SERVICE_USERS = ("pipeline", "producer")
@@ -146,7 +146,7 @@ def grant(cfg: Config, brokers_file: str | Path | None = None) -> dict[str, int]
         UserScramCredentialUpsertion,
     )
 
-    from skyfilter.core.kafka_clients import client_settings, connect_as
+    from skyfilter.kafka.clients import client_settings, connect_as
 
     brokers = load_brokers(brokers_file or cfg.path("stream.brokers"))
     users = principals(brokers)

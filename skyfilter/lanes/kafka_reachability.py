@@ -19,8 +19,8 @@ from confluent_kafka import KafkaException
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.lag import LatestOffsets, committed_offsets
-from skyfilter.core.topics import admin_client, check_reachable
+from skyfilter.kafka.lag import LatestOffsets, committed_offsets
+from skyfilter.kafka.topics import admin_client, check_reachable
 
 
 def wait_until_reachable(cfg: Config, wait_s: float, log: Callable[[str], None] = print) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fastavro.schema import expand_schema
 
-from skyfilter.core.avro_schemas import clean_schema
+from skyfilter.schemas.avro import clean_schema
 
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
 PROMOTIONS = {"int": {"long", "float", "double"}, "long": {"float", "double"}, "float": {"double"},

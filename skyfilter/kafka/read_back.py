@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import client_settings
+from skyfilter.kafka.clients import client_settings
 
 
 @dataclass

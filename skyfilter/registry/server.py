@@ -20,11 +20,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from fastavro.schema import parse_schema
 
-from skyfilter.core.avro_schemas import fingerprint, schema_text
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.registry_topic import IncompatibleSchema, KafkaTopicRegistry, RegistryNotFound
-from skyfilter.core.schema_compat import LEVELS, compatibility_problems
+from skyfilter.registry.topic_store import IncompatibleSchema, KafkaTopicRegistry, RegistryNotFound
+from skyfilter.schemas.avro import fingerprint, schema_text
+from skyfilter.schemas.compat import LEVELS, compatibility_problems
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 

@@ -25,9 +25,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import client_settings
-from skyfilter.core.registry import open_registry
-from skyfilter.core.wire import WireFormatError, unframe
+from skyfilter.kafka.clients import client_settings
+from skyfilter.registry.client import open_registry
+from skyfilter.schemas.wire import WireFormatError, unframe
 
 
 @dataclass

@@ -9,7 +9,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import client_settings
+from skyfilter.kafka.clients import client_settings
 
 
 def admin_client(cfg: Config) -> AdminClient:

@@ -22,8 +22,8 @@ from urllib.parse import unquote
 import pandas as pd
 
 from skyfilter.core.config import Config
-from skyfilter.core.crossmatch import WatchVersion
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.watch.crossmatch import WatchVersion
 
 KINDS = ("watchlist", "watchmap")
 LIST_COLUMNS = {"source_id": "string", "source_name": "string", "ra": "double", "dec": "double",

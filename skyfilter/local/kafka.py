@@ -20,11 +20,11 @@ from pathlib import Path
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import client_settings, connect_as, uses_sasl
-from skyfilter.core.kafka_security import ADMIN, ensure_credentials, format_arguments, server_settings
-from skyfilter.core.processes import first_error, launch, port_holder, port_in_use, running_pid, terminate
-from skyfilter.core.topics import replication
 from skyfilter.core.versions import PROJECT_ROOT
+from skyfilter.kafka.clients import client_settings, connect_as, uses_sasl
+from skyfilter.kafka.security import ADMIN, ensure_credentials, format_arguments, server_settings
+from skyfilter.kafka.topics import replication
+from skyfilter.local.processes import first_error, launch, port_holder, port_in_use, running_pid, terminate
 
 SERVER_TEMPLATE = PROJECT_ROOT / "conf" / "kafka" / "server.properties"
 LOG4J_CONFIG = PROJECT_ROOT / "conf" / "kafka" / "log4j2.properties"

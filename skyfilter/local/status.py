@@ -16,9 +16,9 @@ from pathlib import Path
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.lag import LatestOffsets, checkpoint_topic, committed_offsets, lag_per_partition
-from skyfilter.core.lanes import LaneName
-from skyfilter.core.processes import is_running, write_whole
+from skyfilter.core.lane_names import LaneName
+from skyfilter.kafka.lag import LatestOffsets, checkpoint_topic, committed_offsets, lag_per_partition
+from skyfilter.local.processes import is_running, write_whole
 
 
 def _alive(pid: int | None) -> bool:
@@ -208,8 +208,8 @@ def _filter_summary(path: Path) -> str:
 
 def status_screen(cfg: Config, only: str | None = None) -> list[str]:
     """Every stream's status, then the local Kafka nodes and the Spark standalone cluster."""
-    from skyfilter.core.kafka_local import LocalKafka
-    from skyfilter.core.spark_cluster import SparkStandalone
+    from skyfilter.local.kafka import LocalKafka
+    from skyfilter.local.spark_cluster import SparkStandalone
 
     names = [only] if only else stream_names(cfg)
     lines = [f"skyfilter status ({cfg.state_dir}, Kafka {cfg.bootstrap_servers})"]

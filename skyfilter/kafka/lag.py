@@ -14,7 +14,7 @@ from pathlib import Path
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import client_settings
+from skyfilter.kafka.clients import client_settings
 
 
 def last_batch(folder: Path) -> int | None:

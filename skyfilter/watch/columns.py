@@ -29,10 +29,10 @@ from pyspark.sql import types as T
 from pyspark.sql.functions import pandas_udf
 
 from skyfilter.core.config import Config
-from skyfilter.core.crossmatch import LIST_OUTPUTS, MAP_OUTPUTS, WatchVersion, output_name, watch_outputs
 from skyfilter.core.filter_loader import FilterSpec
-from skyfilter.filtering.watch_store import KINDS, StoredVersion, current, names, unit, version_at
 from skyfilter.spark.steps import Step, drop, with_columns
+from skyfilter.watch.crossmatch import LIST_OUTPUTS, MAP_OUTPUTS, WatchVersion, output_name, watch_outputs
+from skyfilter.watch.store import KINDS, StoredVersion, current, names, unit, version_at
 
 COLUMN = {"watchlist": "watchlists", "watchmap": "watchmaps"}
 WATCH_FIELD = "watch"  # the header and the lite field of an alert's matches

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.processes import first_error, free_port, launch, port_in_use, running_pid, terminate
 from skyfilter.core.versions import PROJECT_ROOT
+from skyfilter.local.processes import first_error, free_port, launch, port_in_use, running_pid, terminate
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"

@@ -30,8 +30,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from skyfilter.core.avro_schemas import clean_schema
-from skyfilter.core.schema_compat import read_problems
+from skyfilter.schemas.avro import clean_schema
+from skyfilter.schemas.compat import read_problems
 
 SAME_FAMILY_SHARE = 0.5  # top-level fields a version must share with the newest to be widened over
 

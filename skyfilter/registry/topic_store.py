@@ -20,14 +20,14 @@ import weakref
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from skyfilter.core.avro_schemas import fingerprint, schema_text
 from skyfilter.core.config import Config
-from skyfilter.core.delivery import watermarks
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.kafka_clients import client_settings
-from skyfilter.core.reader_schema import different_alerts, schema_name
-from skyfilter.core.schema_compat import LEVELS, compatibility_problems
-from skyfilter.core.topics import ensure_topics
+from skyfilter.kafka.clients import client_settings
+from skyfilter.kafka.read_back import watermarks
+from skyfilter.kafka.topics import ensure_topics
+from skyfilter.schemas.avro import fingerprint, schema_text
+from skyfilter.schemas.compat import LEVELS, compatibility_problems
+from skyfilter.schemas.reader import different_alerts, schema_name
 
 
 class IncompatibleSchema(SkyfilterError):
@@ -138,7 +138,7 @@ class KafkaTopicRegistry:
         """Register a schema under a subject (a new version unless it is there already); returns its id.
 
         With ``same_alerts`` (an input topic), a new version must be a version of the
-        alerts the subject already holds (``skyfilter/core/reader_schema.py``).  A new
+        alerts the subject already holds (``skyfilter/schemas/reader.py``).  A new
         version must meet the subject's compatibility level.  ``schema_id`` keeps the
         id another registry gave the schema (a ``full`` broker topic resends input
         messages, whose bytes carry the input registry's id).

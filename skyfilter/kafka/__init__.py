@@ -1,0 +1,1 @@
+"""Kafka clients: settings and security, topics, offsets and lag, reading topics back."""
