@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, decode_messages
+from skyfilter.commands.demo_night import check_disk, disk_needed_mb
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.demo import check_disk, disk_needed_mb
 from skyfilter.kafka.read_back import read_topic
 from skyfilter.local.kafka import LocalKafka, free_port_pair
 from skyfilter.schemas.avro import rubin_schema

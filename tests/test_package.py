@@ -13,7 +13,7 @@ from conftest import ROOT
 
 # bottom to top (equal ranks never import each other); the command (cli, demo, authoring) above them all
 RANKS = {"core": 0, "schemas": 1, "kafka": 1, "registry": 2, "local": 2, "producers": 3, "spark": 3, "watch": 4,
-         "filtering": 5, "plan": 6, "lanes": 7, "delivery": 8, "archive": 8, "tools": 9, "jobs": 9}
+         "filtering": 5, "plan": 6, "lanes": 7, "delivery": 8, "archive": 8, "tools": 9, "jobs": 9, "commands": 10}
 LAYERS = list(RANKS)
 
 
@@ -42,7 +42,7 @@ def test_the_wheel_is_one_package_with_its_defaults(tmp_path):
 
 def test_no_layer_imports_a_layer_above_it():
     """core <- schemas, kafka <- registry, local <- producers, spark <- watch <- filtering <- plan <- lanes <-
-    delivery, archive <- tools, jobs <- the command: an import never runs back up, nor sideways between packages
+    delivery, archive <- tools, jobs <- commands: an import never runs back up, nor sideways between packages
     of one rank."""
     rank = RANKS
     upward = []

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.local.arguments import add_config_arguments, config_from_args
+from skyfilter.local.arguments import config_from_args
 from skyfilter.watch.crossmatch import read_index
 from skyfilter.watch.files import cell_area_deg2, check_name, read_watchlist, read_watchmap
 from skyfilter.watch.store import current, existing, latest, read_version, remove, store, table_path, unit
@@ -35,41 +35,6 @@ ABOUT = {
                  "watchmaps.NAME.inside, .credible_level, .probability_density; brokers.yaml can subscribe a broker "
                  "with 'watchmaps: [NAME]'."),
 }
-
-
-def add_commands(commands) -> None:
-    """The ``watchlist`` and ``watchmap`` commands of the ``skyfilter`` parser."""
-    for kind, (summary, details) in ABOUT.items():
-        parser = commands.add_parser(kind, help=summary, description=f"{kind}s: {summary}.  {details}  Each add "
-                                     f"or remove is a new version of a Delta table under <state_dir>/watch; a "
-                                     f"running stream reads the new version from its next batch.")
-        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-        add = actions.add_parser("add", help=f"add a {kind}, or replace it with a new version",
-                                 description=f"Read FILE, check every row, and store it as {kind} NAME's next "
-                                             f"version.  A bad file changes nothing.")
-        add.add_argument("name", metavar="NAME", help="letters, digits and '_' (filters write "
-                                                      f"{kind}s.NAME)")
-        add.add_argument("file", metavar="FILE", help="the file to read")
-        if kind == "watchlist":
-            add.add_argument("--radius", type=float, default=DEFAULT_RADIUS_ARCSEC,
-                             help=f"arcsec, for sources without a radius column value (default "
-                                  f"{DEFAULT_RADIUS_ARCSEC:g}; at most 3600)")
-        else:
-            add.add_argument("--level", type=float, default=DEFAULT_LEVEL,
-                             help=f"a skymap's credible level kept (default {DEFAULT_LEVEL:g}: the 90%% region)")
-        listing = actions.add_parser("list", help=f"every {kind}: version, size, file, when added",
-                                     description=f"Every {kind} that exists now, at its newest version.")
-        show = actions.add_parser("show", help=f"one {kind}: its versions and its first rows",
-                                  description=f"A {kind}'s versions (newest last) and the first rows of one.")
-        show.add_argument("name", metavar="NAME")
-        show.add_argument("--version", type=int, help="the version to show (default: the newest)")
-        show.add_argument("--limit", type=int, default=10, help="rows shown (default 10)")
-        drop = actions.add_parser("remove", help=f"remove a {kind} (its versions stay, for replays)",
-                                  description=f"Remove a {kind}: filters can no longer name it (a running stream "
-                                              f"disables those that do); its versions stay for replaying nights.")
-        drop.add_argument("name", metavar="NAME")
-        for sub in (add, listing, show, drop):
-            add_config_arguments(sub, "where the watch tables live (<state_dir>/watch)")
 
 
 def run(args: argparse.Namespace, log=print) -> int:
