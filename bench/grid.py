@@ -62,7 +62,7 @@ def measure_cell(cfg, args, cached: Path, schema: dict, producers: int, partitio
     produce_s, consume_s, megabytes = [], [], 0.0
     for _ in range(args.visits):
         topic = f"bench.grid.{time.time_ns()}"
-        cfg.set("topics.alerts_partitions", partitions)
+        cfg = cfg.with_values({"topics.alerts_partitions": partitions})
         report = send_source(cfg, topic, CachedSource(cached, 1), schema, 0.0, producers, False, lambda line: None,
                              producer_settings)
         if report.failures:

@@ -134,8 +134,8 @@ def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g", sets: 
     if state_dir.resolve() == cfg.state_dir.resolve():
         raise SkyfilterError(f"--state-dir {state_dir} is the project's own state folder; benchmarks clear "
                              f"their state folder between runs, so give them another one")
-    cfg.set("state_dir", str(state_dir))
-    cfg.set("simulation.schema_version", cfg.bench.schema_version)  # see bench_schema
+    cfg = cfg.with_values({"state_dir": str(state_dir),
+                           "simulation.schema_version": cfg.bench.schema_version})  # see bench_schema
     LocalKafka(cfg).stop()
     for log in (state_dir / "run").glob("*.error.log"):
         (state_dir / "errors").mkdir(exist_ok=True)
@@ -143,13 +143,12 @@ def bench_kafka(state_dir: Path, bootstrap: str | None, heap: str = "1g", sets: 
     for name in RUN_STATE:
         shutil.rmtree(state_dir / name, ignore_errors=True)
     if bootstrap:
-        cfg.set("kafka.bootstrap_servers", bootstrap)
+        cfg = cfg.with_values({"kafka.bootstrap_servers": bootstrap})
         yield cfg, None
         return
-    cfg.set("kafka.base_port", free_port_pair(29092))
-    cfg.set("kafka.heap", heap)
+    cfg = cfg.with_values({"kafka.base_port": free_port_pair(29092), "kafka.heap": heap})
     cluster = LocalKafka(cfg)
-    cfg.set("kafka.bootstrap_servers", cluster.start())
+    cfg = cfg.with_values({"kafka.bootstrap_servers": cluster.start()})
     try:
         yield cfg, cluster
     finally:

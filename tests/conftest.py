@@ -65,13 +65,12 @@ def negative(flux):
 def kafka_cfg(tmp_path_factory) -> Config:
     """A config whose state lives in a temporary folder, with a running single-node Kafka."""
     cfg = Config.load(ROOT / "conf" / "local.yaml")
-    cfg.set("state_dir", str(tmp_path_factory.mktemp("state")))
-    cfg.set("kafka.base_port", free_port_pair(19092))
-    cfg.set("kafka.heap", "512m")
-    cfg.set("topics.alerts_partitions", 3)
-    cfg.set("simulation.schema_version", "10.0")  # the tests decode what they produce with this one
+    cfg = cfg.with_values({"state_dir": str(tmp_path_factory.mktemp("state")),
+                           "kafka.base_port": free_port_pair(19092), "kafka.heap": "512m",
+                           "topics.alerts_partitions": 3,
+                           "simulation.schema_version": "10.0"})  # the tests decode what they produce with this one
     cluster = LocalKafka(cfg)
-    cfg.set("kafka.bootstrap_servers", cluster.start())
+    cfg = cfg.with_values({"kafka.bootstrap_servers": cluster.start()})
     yield cfg
     cluster.stop()
 

@@ -31,12 +31,10 @@ SNR_CUT = 15
 
 def _fresh_cluster_config(tmp_path_factory, name: str, nodes: int, start_port: int) -> Config:
     cfg = Config.load(ROOT / "conf" / ("cluster.yaml" if nodes > 1 else "local.yaml"))
-    cfg.set("state_dir", str(tmp_path_factory.mktemp(name)))
-    cfg.set("kafka.base_port", free_port_pair(start_port, nodes))
-    cfg.set("kafka.heap", "512m")
-    cfg.set("topics.alerts_partitions", 3)
-    cfg.set("simulation.schema_version", "10.0")  # decoded with it below
-    cfg.set("kafka.bootstrap_servers", LocalKafka(cfg, nodes).bootstrap_servers)
+    cfg = cfg.with_values({"state_dir": str(tmp_path_factory.mktemp(name)),
+                           "kafka.base_port": free_port_pair(start_port, nodes), "kafka.heap": "512m",
+                           "topics.alerts_partitions": 3, "simulation.schema_version": "10.0"})  # decoded with it
+    cfg = cfg.with_values({"kafka.bootstrap_servers": LocalKafka(cfg, nodes).bootstrap_servers})
     return cfg
 
 

@@ -28,7 +28,7 @@ BOTH = LANE_CHOICES["both"]
 @pytest.fixture()
 def cfg(tmp_path) -> Config:
     cfg = Config.load(ROOT / "conf" / "local.yaml")
-    cfg.set("state_dir", str(tmp_path))
+    cfg = cfg.with_values({"state_dir": str(tmp_path)})
     return cfg
 
 
@@ -45,7 +45,7 @@ def test_delivery_keeps_its_cores_and_the_other_lanes_get_slots_of_their_own(cfg
     assert delivery_tasks(cfg, 2, both) == 1, "a cluster of 2 slots: delivery gets what the archive leaves"
     realtime = plan_slots(cfg, cores=2, realtime_partitions=8, micro_batches=False, archive=False)
     assert realtime == Slots(0, 8, 0, 0)
-    cfg.set("stream.tasks", 1)
+    cfg = cfg.with_values({"stream.tasks": 1})
     assert plan_slots(cfg, 2, 0, True, False).delivery == 1
 
 
@@ -60,11 +60,11 @@ def test_the_archive_runs_apart_only_for_a_long_running_job_of_both_lanes(cfg):
     assert not archive_apart(cfg, BOTH, available_now=False, local_master=False), "auto: one JVM on a cluster"
     assert not archive_apart(cfg, BOTH, available_now=True, local_master=True), "available-now drains in order"
     assert not archive_apart(cfg, LANE_CHOICES["delivery"], available_now=False, local_master=True)
-    cfg.set("archive.process", "same")
+    cfg = cfg.with_values({"archive.process": "same"})
     assert not archive_apart(cfg, BOTH, available_now=False, local_master=True)
-    cfg.set("archive.process", "separate")
+    cfg = cfg.with_values({"archive.process": "separate"})
     assert archive_apart(cfg, BOTH, available_now=False, local_master=False)
-    cfg.set("archive.process", "apart")
+    cfg = cfg.with_values({"archive.process": "apart"})
     with pytest.raises(SkyfilterError, match="archive.process is 'apart': use auto, same or separate"):
         archive_apart(cfg, BOTH, available_now=False, local_master=True)
 
@@ -80,7 +80,7 @@ def test_the_archive_process_gets_the_same_stream_and_settings_and_its_own_endpo
     assert child.state_dir == str(tmp_path) and child.archive_trigger == cfg.archive.trigger
     assert child.set == ["stream.tasks=1", f"monitoring.port={cfg.monitoring.archive_port}", "archive.process=same",
                          f"archive.writer={run.archive_writer}"], "the writer this run settled (auto: per stream)"
-    cfg.set("monitoring.port", None)
+    cfg = cfg.with_values({"monitoring.port": None})
     assert "monitoring.port=null" in parse_args(archive_arguments(args, cfg, run)).set, "off with the stream's"
 
 

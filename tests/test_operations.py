@@ -160,8 +160,7 @@ def test_between_batches_the_lag_is_measured_in_seconds_and_committed_to_the_str
         producer.produce(topic, value=b"alert %d" % i, partition=i % 2, timestamp=int(time.time() * 1000) - 30_000)
     producer.flush(10)
     read = {0: 5, 1: 3}  # where the lane has read to: all of partition 0, two alerts of partition 1 unread
-    cfg = kafka_cfg.copy()
-    cfg.set("monitoring.lag_interval_s", 0.5)
+    cfg = kafka_cfg.with_values({"monitoring.lag_interval_s": 0.5})
     monitor = StreamMonitor(cfg, "lagging", topic)
     try:
         monitor.add_lane("realtime", tmp_path / "none", "realtime 5 minutes", committed=lambda _p: dict(read))

@@ -181,11 +181,11 @@ def test_auto_picks_realtime_for_the_repository_filters_and_brokers():
     root = Path(__file__).resolve().parents[1]
     needs = needs_from_files(root / "filters", root / "conf" / "brokers.yaml")
     cfg = Config.load()
-    cfg.set("stream.trigger", "auto")
+    cfg = cfg.with_values({"stream.trigger": "auto"})
     triggers, why = settle_triggers(cfg, False, needs)
     assert triggers.delivery == "realtime", why
     assert why == "trigger auto -> realtime: Real-time Mode serves every broker (SQL and Python filters, caps)"
-    cfg.set("stream.realtime.python_filters", False)
+    cfg = cfg.with_values({"stream.realtime.python_filters": False})
     triggers, why = settle_triggers(cfg, False, needs)
     assert triggers.delivery == "0s" and why.startswith("trigger auto -> 0: broker(s) ") and "stream.realtime" in why
 

@@ -40,12 +40,10 @@ def cfg(tmp_path) -> Config:
         "brokers:\n  sql_only:\n    filters: [bright]\n    max_alerts_per_visit: null\n"
         "  python:\n    filters: [positive]\n    max_alerts_per_visit: null\n"
         "  capped:\n    filters: [bright]\n")
-    cfg = Config.load(ROOT / "conf" / "local.yaml")
-    for key, value in {"state_dir": str(tmp_path), "stream.filters_dir": str(tmp_path / "filters"),
-                       "stream.brokers": str(tmp_path / "brokers.yaml"), "stream.trigger": "0",
-                       "stream.tasks": "auto", "archive.process": "auto", "archive.tasks": 1}.items():
-        cfg.set(key, value)
-    return cfg
+    return Config.load(ROOT / "conf" / "local.yaml", {
+        "state_dir": str(tmp_path), "stream.filters_dir": str(tmp_path / "filters"),
+        "stream.brokers": str(tmp_path / "brokers.yaml"), "stream.trigger": "0", "stream.tasks": "auto",
+        "archive.process": "auto", "archive.tasks": 1})
 
 
 @pytest.mark.parametrize("lane_choice, available_now, apart, here", [
@@ -74,11 +72,11 @@ def test_a_run_plan_is_frozen(cfg):
 
 
 def test_auto_sends_every_broker_to_real_time_mode_unless_a_setting_keeps_one_out(cfg):
-    cfg.set("stream.trigger", "auto")
+    cfg = cfg.with_values({"stream.trigger": "auto"})
     run, line = settle_run(cfg, "night", "both", False, "local[2]")
     assert run.realtime and not run.micro_batches and run.batch_brokers == ()
     assert line == "trigger auto -> realtime: Real-time Mode serves every broker (SQL and Python filters, caps)"
-    cfg.set("stream.realtime.python_filters", False)
+    cfg = cfg.with_values({"stream.realtime.python_filters": False})
     run, line = settle_run(cfg, "night", "both", False, "local[2]")
     assert run.triggers.delivery == "0s" and not run.realtime and run.micro_batches
     assert line == ("trigger auto -> 0: broker(s) python need micro-batches (stream.realtime settings): "
@@ -86,8 +84,8 @@ def test_auto_sends_every_broker_to_real_time_mode_unless_a_setting_keeps_one_ou
 
 
 def test_real_time_mode_leaves_brokers_to_micro_batches_by_one_rule(cfg):
-    cfg.set("stream.trigger", "realtime")
-    cfg.set("stream.realtime.caps", False)
+    cfg = cfg.with_values({"stream.trigger": "realtime"})
+    cfg = cfg.with_values({"stream.realtime.caps": False})
     run, _ = settle_run(cfg, "night", "delivery", False, "local[2]")
     assert run.realtime and run.micro_batches
     assert run.batch_brokers == (("capped", "a per-visit cap (stream.realtime.caps is off)"),)
@@ -112,7 +110,7 @@ def test_a_cluster_master_found_under_spark_submit_settles_the_run_again(cfg):
 
 @pytest.mark.parametrize("trigger", ["auto", "realtime"])
 def test_trigger_auto_falls_back_to_micro_batches_on_a_cluster_with_too_few_slots(cfg, trigger):
-    cfg.set("stream.trigger", trigger)
+    cfg = cfg.with_values({"stream.trigger": trigger})
     settled, _ = settle_run(cfg, "night", "delivery", False, "spark://127.0.0.1:7077")
     run = dataclasses.replace(settled, slots=Slots(0, 4, 0, 0))  # a 4-partition topic
     assert run.realtime
@@ -133,16 +131,15 @@ def test_trigger_auto_falls_back_to_micro_batches_on_a_cluster_with_too_few_slot
     ("archive.writer", "rust", "archive.writer is 'rust': use auto, spark or delta-rs"),
 ])
 def test_a_wrong_setting_is_one_line_before_anything_starts(cfg, key, value, message):
-    cfg.set(key, value)
     with pytest.raises(SkyfilterError) as refused:
-        settle_run(cfg, "night", "both", False, "local[2]")
+        settle_run(cfg.with_values({key: value}), "night", "both", False, "local[2]")
     assert str(refused.value) == message
 
 
 def test_the_delta_rs_writer_refuses_nightly_topics_in_one_line(cfg):
-    cfg.set("archive.writer", "delta-rs")
+    cfg = cfg.with_values({"archive.writer": "delta-rs"})
     assert settle_run(cfg, "night", "both", False, "local[2]")[0].archive_apart
-    cfg.set("stream.nightly_topics.enabled", True)
+    cfg = cfg.with_values({"stream.nightly_topics.enabled": True})
     with pytest.raises(SkyfilterError, match="^archive.writer delta-rs does not copy alerts to nightly topics yet"):
         settle_run(cfg, "night", "both", False, "local[2]")
 
@@ -155,19 +152,19 @@ def test_auto_archive_writer_is_delta_rs_unless_the_archive_needs_spark(cfg):
 
     from skyfilter.plan.tables import table_paths
 
-    cfg.set("archive.writer", "auto")
+    cfg = cfg.with_values({"archive.writer": "auto"})
     run, line = settle_run(cfg, "night", "both", False, "local[2]")
     assert run.archive_writer == "delta-rs" and "archive.writer" not in line
-    cfg.set("stream.nightly_topics.enabled", True)
+    cfg = cfg.with_values({"stream.nightly_topics.enabled": True})
     run, line = settle_run(cfg, "night", "both", False, "local[2]")
     assert run.archive_writer == "spark" and "nightly topics" in line
-    cfg.set("stream.nightly_topics.enabled", False)
+    cfg = cfg.with_values({"stream.nightly_topics.enabled": False})
     write_deltalake(str(table_paths(cfg, "decoded")["alerts"]),
                     pa.table({"alert_id": ["1"], "night": ["2026-11-01"], "diaSource": [{"snr": 5.0}]}))
     run, line = settle_run(cfg, "decoded", "both", False, "local[2]")
     assert run.archive_writer == "spark" and "holds the layout before the raw one" in line
     assert settle_run(cfg, "night", "both", False, "local[2]")[0].archive_writer == "delta-rs", "per stream"
-    cfg.set("archive.writer", "spark")
+    cfg = cfg.with_values({"archive.writer": "spark"})
     assert settle_run(cfg, "night", "both", False, "local[2]")[0].archive_writer == "spark"
 
 

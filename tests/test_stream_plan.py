@@ -63,7 +63,7 @@ def planned(kafka_cfg, spark, tmp_path_factory):
                                       seed=5, night="2026-11-10", progress=False), log=lambda line: None)
     schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
     plan = build_plan(spark, kafka_cfg, TOPIC, TOPIC, folder / "filters", folder / "brokers.yaml", schema)
-    monitor = StreamMonitor(kafka_cfg.copy(), TOPIC, TOPIC)
+    monitor = StreamMonitor(kafka_cfg, TOPIC, TOPIC)
     lane = DeliveryLane(LaneServices(spark, kafka_cfg, PlanCell(plan), {}, monitor, StreamTotals()), "0s",
                         SummaryWriter(kafka_cfg, "unused"), VisitCaps())
     yield {"plan": plan, "lane": lane, "folder": folder}
@@ -126,7 +126,7 @@ def test_a_watchlist_adds_one_pass_over_positions_and_keeps_one_decode(kafka_cfg
                            "brokers:\n  p_watch:\n    filters: [near]\n    max_alerts_per_visit: null\n")
     schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
     plan = build_plan(spark, kafka_cfg, TOPIC, "plan-watch", folder / "filters", folder / "brokers.yaml", schema)
-    monitor = StreamMonitor(kafka_cfg.copy(), TOPIC, "plan-watch")
+    monitor = StreamMonitor(kafka_cfg, TOPIC, "plan-watch")
     services = LaneServices(spark, kafka_cfg, PlanCell(plan), {}, monitor, StreamTotals())
     lane = DeliveryLane(services, "0s", SummaryWriter(kafka_cfg, "unused"), VisitCaps())
     realtime = RealtimeLane(services, spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "5 minutes",

@@ -325,13 +325,13 @@ def test_the_sections_are_typed_objects_read_from_the_files(tmp_path):
     assert cfg.stream.trigger == "0", "a trigger written as a number is still the text Spark takes"
     assert cfg.stream.realtime.checkpoint_interval == "30s" and cfg.monitoring.port is None
     assert cfg.archive.nice == 5 and cfg.kafka.security.protocol == "PLAINTEXT"
-    cfg.set("archive.nice", 7)
-    assert cfg.archive.nice == 7, "a later set is seen"
-    cfg.set("kafka.base_port", "9100")
-    assert cfg.kafka.base_port == 9100 and cfg.kafka.connect_wait_s == 60.0, "each value of its key's type"
-    cfg.set("kafka.base_port", "ninety")
+    changed = cfg.with_values({"archive.nice": 7})
+    assert changed.archive.nice == 7 and cfg.archive.nice == 5, "a new config; the one loaded never changes"
+    assert not hasattr(cfg, "set"), "nothing changes a config in place"
+    changed = cfg.with_values({"kafka.base_port": "9100"})
+    assert changed.kafka.base_port == 9100 and changed.kafka.connect_wait_s == 60.0, "each value of its key's type"
     with pytest.raises(SkyfilterError, match="config key 'kafka.base_port' must be a number, not 'ninety'"):
-        cfg.kafka  # noqa: B018 - reading the section converts
+        cfg.with_values({"kafka.base_port": "ninety"})
     path.write_text("kafka:\n  heap: null\n")
     with pytest.raises(SkyfilterError, match="mine.yaml: config key 'kafka.heap' cannot be null"):
         Config.load(path)

@@ -109,9 +109,8 @@ def fresh_folder(folder: Path, default: bool) -> None:
 
 def run_demo(cfg: Config, args: argparse.Namespace) -> int:
     """Run the demo; returns the exit code (1 when the check finds anything missing)."""
-    cfg = cfg.copy()
     demo_dir = Path(args.state_dir).absolute() if args.state_dir else cfg.root / ".local" / "demo"
-    cfg.set("state_dir", str(demo_dir))
+    cfg = cfg.with_values({"state_dir": str(demo_dir)})
     with demo_lock(demo_dir):
         try:
             return _run(cfg, args, demo_dir)
@@ -122,7 +121,7 @@ def run_demo(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _run(cfg: Config, args: argparse.Namespace, demo_dir: Path) -> int:
-    cfg.set("producer.log_level", 0)  # the demo watches Kafka itself (_watched): no librdkafka retry lines
+    cfg = cfg.with_values({"producer.log_level": 0})  # the demo watches Kafka itself (_watched): no retry lines
     produced_alerts = args.visits * args.alerts_per_visit
     check_disk(demo_dir, disk_needed_mb(produced_alerts))
     LocalKafka(cfg).stop()  # a demo interrupted earlier may have left its Kafka running
@@ -133,7 +132,7 @@ def _run(cfg: Config, args: argparse.Namespace, demo_dir: Path) -> int:
     try:
         print(f"1/5 starting Kafka (KRaft) under {demo_dir}/kafka ...", flush=True)
         bootstrap = kafka.start()
-        cfg.set("kafka.bootstrap_servers", bootstrap)
+        cfg = cfg.with_values({"kafka.bootstrap_servers": bootstrap})
         print(f"    bootstrap servers {bootstrap}")
 
         print("2/5 starting the stream: spark-submit pipelines/filter_stream.py --trigger "

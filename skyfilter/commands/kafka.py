@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     if getattr(args, "port", None):
-        cfg.set("kafka.base_port", args.port)
+        cfg = cfg.with_values({"kafka.base_port": args.port})
     cluster = LocalKafka(cfg, getattr(args, "nodes", None))
     if args.action in ("start", "grant"):
         bootstrap = cluster.start() if args.action == "start" else cluster.bootstrap_servers

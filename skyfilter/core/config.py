@@ -40,7 +40,7 @@ S = TypeVar("S")
 
 
 class _Section(Generic[S]):
-    """A section of a :class:`Config` as its typed object (``cfg.stream``), rebuilt after a ``set``."""
+    """A section of a :class:`Config` as its typed object (``cfg.stream``)."""
 
     def __init__(self, kind: type[S]):
         self.kind = kind
@@ -80,10 +80,10 @@ class Config:
         if not defaults:  # what a file does not say, the defaults do
             data = _merge(_read_yaml(DEFAULT_CONFIG), data)
         root = given.parent.parent if given.parent.name == "conf" else PROJECT_ROOT if defaults else given.parent
-        cfg = cls(data, path, root)
         for key, value in (overrides or {}).items():
             settings.check_settings(_nested(key, value), f"--set {key}")
-            cfg.set(key, value)
+            _put(data, key, value)
+        cfg = cls(data, path, root)
         cfg.sections  # noqa: B018 - a key no file gives is an error now, not when first read
         return cfg
 
@@ -98,14 +98,16 @@ class Config:
             node = node[part]
         return node
 
-    def set(self, key: str, value: Any) -> None:
-        """Override a dotted key (creating intermediate sections)."""
-        self._sections = None
-        node = self.data
-        *parents, last = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
+    def with_values(self, changes: dict[str, Any]) -> Config:
+        """A new config: this one with the dotted keys of ``changes`` set, each read as its key's type.  A
+        config never changes once loaded; what a command settles (a port, the servers of the Kafka it started)
+        makes a new one to hand down."""
+        data = copy.deepcopy(self.data)
+        for key, value in changes.items():
+            _put(data, key, value)
+        changed = Config(data, self.source, self.root)
+        changed.sections  # noqa: B018 - a wrong value is an error here, where it was set
+        return changed
 
     def section(self, key: str) -> dict:
         """A whole mapping (e.g. the librdkafka settings under ``producer``)."""
@@ -119,13 +121,9 @@ class Config:
         value = Path(str(self.get(key))).expanduser()
         return value if value.is_absolute() else (self.root / value)
 
-    def copy(self) -> Config:
-        """An independent copy, to override without touching the original."""
-        return Config(copy.deepcopy(self.data), self.source, self.root)
-
     @property
     def sections(self) -> settings.Sections:
-        """The whole configuration as typed section objects (rebuilt after :meth:`set`)."""
+        """The whole configuration as typed section objects."""
         if self._sections is None:
             self._sections = settings.typed(self.data, str(self.source))
         return self._sections
@@ -166,6 +164,15 @@ class Config:
     @property
     def bootstrap_servers(self) -> str:
         return self.kafka.bootstrap_servers
+
+
+def _put(data: dict, key: str, value: Any) -> None:
+    """Set dotted ``key`` of the mapping ``data`` (creating intermediate sections): while a config is made."""
+    node = data
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
 
 
 def _nested(key: str, value: Any) -> dict:

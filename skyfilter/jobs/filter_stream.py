@@ -114,8 +114,8 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     if auto_line:
         log(auto_line)
     wait_until_reachable(cfg, cfg.kafka.connect_wait_s, log)
-    cfg.set("stream.starting_offsets", starting_offsets(cfg, topic, cfg.checkpoint_dir / name, args.available_now,
-                                                        log, getattr(args, "launched_at", None)))
+    cfg = cfg.with_values({"stream.starting_offsets": starting_offsets(
+        cfg, topic, cfg.checkpoint_dir / name, args.available_now, log, getattr(args, "launched_at", None))})
     archive_only = run_plan.lanes == LANE_CHOICES["archive"]
     status = write_starting(cfg, name, topic, STARTING, archive_only)
     try:

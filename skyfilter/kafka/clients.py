@@ -41,15 +41,13 @@ def credentials_dir(cfg: Config) -> Path:
 
 
 def act_as(cfg: Config, user: str) -> Config:
-    """A copy of the config connecting as ``user``, unless the config or ``--set`` already chose a principal."""
-    return cfg.copy() if cfg.get(USER_KEY, None) else connect_as(cfg, user)
+    """The config connecting as ``user``, unless the config or ``--set`` already chose a principal."""
+    return cfg if cfg.get(USER_KEY, None) else connect_as(cfg, user)
 
 
 def connect_as(cfg: Config, user: str) -> Config:
-    """A copy of the config connecting as ``user``, whatever it chose before (set-up runs as admin)."""
-    cfg = cfg.copy()
-    cfg.set(USER_KEY, user)
-    return cfg
+    """The config connecting as ``user``, whatever it chose before (set-up runs as admin)."""
+    return cfg.with_values({USER_KEY: user})
 
 
 def principal(cfg: Config) -> str:

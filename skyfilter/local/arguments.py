@@ -28,28 +28,27 @@ def config_from_args(args: argparse.Namespace, flags: dict[str, Any] | None = No
     """The config named by ``--config`` with the ``--set`` overrides, then ``--state-dir``, ``--bootstrap`` and
     a command's own ``flags`` (config key -> value; None = not given) on top."""
     overrides = parse_overrides(getattr(args, "set", None))
-    cfg = Config.load(getattr(args, "config", None), overrides)
     given = {"kafka.bootstrap_servers": getattr(args, "bootstrap", None),
              "state_dir": getattr(args, "state_dir", None), **(flags or {})}
-    for key, value in given.items():
-        if value is not None:
-            cfg.set(key, value)
+    cfg = Config.load(getattr(args, "config", None),
+                      {**overrides, **{key: value for key, value in given.items() if value is not None}})
     if given["kafka.bootstrap_servers"] is None and "kafka.bootstrap_servers" not in overrides:
-        _find_local_kafka(cfg, explicit_state_dir=given["state_dir"] is not None)
+        running = _local_kafka(cfg, explicit_state_dir=given["state_dir"] is not None)
+        if running:
+            cfg = cfg.with_values({"kafka.bootstrap_servers": running})
     return cfg
 
 
-def _find_local_kafka(cfg: Config, explicit_state_dir: bool) -> None:
-    """Point ``cfg`` at the local Kafka running under its state dir (``skyfilter kafka start --port P --state-dir
-    S`` listens where the config does not say), when the user named that state dir or the config names a local
-    address."""
+def _local_kafka(cfg: Config, explicit_state_dir: bool) -> str | None:
+    """The bootstrap servers of the local Kafka running under ``cfg``'s state dir (``skyfilter kafka start --port
+    P --state-dir S`` listens where the config does not say), when the user named that state dir or the config
+    names a local address; else None."""
     configured = str(cfg.get("kafka.bootstrap_servers", "") or "")
     if not explicit_state_dir and not all(host.split(":")[0] in ("127.0.0.1", "localhost")
                                           for host in configured.split(",") if host):
-        return
+        return None
     try:
         running = [f"127.0.0.1:{row['port']}" for row in LocalKafka(cfg).status() if row["pid"]]
     except (SkyfilterError, OSError, ValueError):
-        return
-    if running:
-        cfg.set("kafka.bootstrap_servers", ",".join(running))
+        return None
+    return ",".join(running) or None

@@ -101,7 +101,7 @@ class LocalKafka:
     def admin_config(self) -> Config:
         """The config with this cluster's bootstrap servers, connecting as the admin principal."""
         cfg = connect_as(self.cfg, ADMIN)
-        cfg.set("kafka.bootstrap_servers", self.bootstrap_servers)
+        cfg = cfg.with_values({"kafka.bootstrap_servers": self.bootstrap_servers})
         return cfg
 
     # ----------------------------------------------------------------- start

@@ -180,12 +180,9 @@ def cluster_on_free_ports(cfg: Config, state_dir: Path, worker_cores: int | None
     """A cluster of ``cfg``'s (2 workers, ``worker_cores`` each if given) beside any other: its own free ports and
     its state under ``state_dir``; stopped by pid at the end (the pids stopped then in ``last_stopped``).  What
     the tests and the benchmarks start."""
-    cfg = cfg.copy()
-    cfg.set("state_dir", str(state_dir))
-    cfg.set("spark_cluster.master_port", free_port(17077))
-    cfg.set("spark_cluster.master_webui_port", free_port(18080))
-    if worker_cores is not None:
-        cfg.set("spark_cluster.worker_cores", worker_cores)
+    cfg = cfg.with_values({"state_dir": str(state_dir), "spark_cluster.master_port": free_port(17077),
+                           "spark_cluster.master_webui_port": free_port(18080),
+                           **({} if worker_cores is None else {"spark_cluster.worker_cores": worker_cores})})
     cluster = SparkStandalone(cfg, workers=2)
     cluster.start()
     try:

@@ -39,7 +39,7 @@ def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
     topic = options.topic or cfg.topics.alerts
     cfg = act_as(cfg, "producer")
     if options.bootstrap:
-        cfg.set("kafka.bootstrap_servers", options.bootstrap)
+        cfg = cfg.with_values({"kafka.bootstrap_servers": options.bootstrap})
     check_reachable(cfg)
     if options.from_paths:
         source = FileSource(options.from_paths)
