@@ -97,7 +97,7 @@ def test_the_realtime_query_decodes_once_and_observes_no_field_of_the_alert(spar
     try:
         lane.take_plan()
         assert len(lane.brokers()) == 3, "Real-time Mode serves the capped broker with a Python filter too"
-        rows = lane._rows(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "plan-probe")
+        rows = lane.rows(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "plan-probe")
     finally:
         lane.close()
     spark.conf.set("spark.sql.debug.maxToStringFields", "100000")  # every projected column printed
@@ -134,7 +134,7 @@ def test_a_watchlist_adds_one_pass_over_positions_and_keeps_one_decode(kafka_cfg
     try:
         rows, _ = lane.outgoing(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), 0)
         realtime.take_plan()
-        realtime_rows = realtime._rows(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "plan-probe")
+        realtime_rows = realtime.rows(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "plan-probe")
         micro, real = _plan_text(rows), _plan_text(realtime_rows)
         executed = executed_plan(rows)
     finally:

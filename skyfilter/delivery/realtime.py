@@ -33,13 +33,10 @@ the same alerts again).
 
 from __future__ import annotations
 
-import contextlib
 import re
-import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -55,6 +52,7 @@ from skyfilter.delivery.caps import realtime_broker_visits, realtime_cap_step
 from skyfilter.delivery.micro_batches import batch_stats, report_batch, summary_record
 from skyfilter.delivery.program import encode_and_narrow_steps, evaluate, lane_filters
 from skyfilter.delivery.realtime_split import broker_refusal
+from skyfilter.delivery.realtime_start import WARM_UP_LEDGER, wait_until_reading, warm_up
 from skyfilter.filtering.filter_errors import KIND as FILTER_ERROR_KIND
 from skyfilter.filtering.filter_errors import FilterErrorWatch, error_record
 from skyfilter.filtering.filter_eval import FilterSet, worker_filter_set
@@ -65,8 +63,8 @@ from skyfilter.lanes.kafka_reachability import offsets_past_checkpoint
 from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.outgoing import message_steps, with_batch_id
 from skyfilter.plan.quarantine import Quarantine
-from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, PROBE_ALERTS, StreamPlan, probe_batch
-from skyfilter.plan.triggers import duration, seconds
+from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, PROBE_ALERTS, StreamPlan
+from skyfilter.plan.triggers import duration
 from skyfilter.spark.internals import (
     announce_query_stop,
     close_visit_caps,
@@ -80,10 +78,7 @@ from skyfilter.watch.columns import template_columns, used_by, watch_down_report
 
 LANE = LaneName.REALTIME
 OBSERVATION = "skyfilter_realtime"
-SHORTEST_INTERVAL = "5 seconds"  # Spark's spark.sql.streaming.realTimeMode.minBatchDuration
-FIRST_BOUNDARY_AHEAD_FROM_S = 30.0  # checkpoint intervals from which the first boundary is passed at start-up
 FILTER_ERROR_KEY = "filter_error"  # key of the delivery-log records of failing Python filters
-WARM_UP_LEDGER = ".warm-up"
 
 
 class RealtimeLane(Lane):
@@ -121,7 +116,7 @@ class RealtimeLane(Lane):
                 tuple((v.kind, v.name, v.version) for v in watched),
                 *((b.delivery, tuple(digests.get(f) for f in b.enabled_filters)) for b in self.brokers(plan)))
 
-    def _rows(self, source: DataFrame, ledger: str, observed: bool = True, warm_up: bool = False) -> DataFrame:
+    def rows(self, source: DataFrame, ledger: str, observed: bool = True, warm_up: bool = False) -> DataFrame:
         """The Kafka rows (broker topics, dead letters, delivery log) of the input rows ``source``.
 
         Capped brokers' matches are admitted by the visit cap ledger ``ledger``.  The
@@ -145,26 +140,6 @@ class RealtimeLane(Lane):
                                                   plan.delivery_log_topic, LANE, plan.inputs.readable,
                                                   log_values=errors))
 
-    def warm_up(self, alerts: int | None = None) -> None:
-        """Run the query's code on probe alerts, and open the Kafka clients, before the long-lived tasks start.
-
-        Spark caches generated code by its text and the JVM compiles what ran often, so
-        the Real-time tasks find the decoding and filtering compiled, and the Kafka
-        producer holding the output topics' metadata, instead of the first visit waiting
-        for them.  ``alerts``: how many probe alerts (default ``stream.realtime.warm_up_alerts``,
-        times the task slots on a cluster; more let the JIT compile more before the night, at
-        seconds per thousand).  The
-        probe's caps go to a ledger of their own, forgotten afterwards.
-        """
-        began, alerts = time.monotonic(), alerts or self.cfg.stream.realtime.warm_up_alerts
-        if not self.local_master:  # each executor JVM compiles for itself: every task slot gets a driver's share
-            alerts *= max(1, int(self.spark.sparkContext.defaultParallelism))
-        probe = probe_batch(self.spark, self.plan, alerts)
-        with self._warm_up_ledger() as ledger:
-            self._rows(probe, ledger, observed=False, warm_up=True).write.format("noop").mode("overwrite").save()
-        self.warm_up_kafka(self.plan.output_topics(self.brokers()), self.plan.topic)
-        self.log(f"realtime: warmed up on {alerts} probe alerts in {time.monotonic() - began:.1f} s")
-
     def _filter_set(self, filters: list[FilterSpec], warm_up: bool = False) -> FilterSet | None:
         """The set of these filters' Python ones, for the filter workers of the JVMs that run the query's tasks;
         a warm-up's is a set of its own: what fails on probe alerts (their reports go nowhere) is still tried,
@@ -187,24 +162,10 @@ class RealtimeLane(Lane):
         register_jvm_function(self.spark, "PythonFilterCall")
         return watch_set([v.for_workers() for v in versions], self._set_id(warm_up))
 
-    @contextlib.contextmanager
-    def _warm_up_ledger(self) -> Iterator[str]:
-        """The address of a visit cap ledger of its own for a warm-up's query, forgotten afterwards: what the
-        warm-up admits never counts against the night's caps."""
-        ledger = f"{self.plan.name}{WARM_UP_LEDGER}"
-        capped = any(b.max_alerts_per_visit is not None for b in self.brokers())
-        if capped:
-            open_visit_caps(self.spark, ledger, str(self._ledger_file(WARM_UP_LEDGER)), 0)
-        try:
-            yield self._ledger_address(ledger)
-        finally:
-            if capped:
-                close_visit_caps(self.spark, ledger)
-
     def _set_id(self, warm_up: bool) -> str:
         return f"{self.run_id}{WARM_UP_LEDGER if warm_up else ''}"
 
-    def _ledger_file(self, suffix: str = "") -> Path:
+    def ledger_file(self, suffix: str = "") -> Path:
         return self.cfg.run_dir / f"filter_stream.{self.plan.name}.visit-caps{suffix}.ledger"
 
     def start(self, interval: str | None = None) -> StreamingQuery:
@@ -216,7 +177,7 @@ class RealtimeLane(Lane):
         if (_python(filters) or used_by(filters)) and self.errors is None and self.monitor.follower is not None:
             self.errors = FilterErrorWatch()
             self.monitor.follower.on(FILTER_ERROR_KIND, self.errors.heard)
-        rows = self._rows(self.source, self._ledger_address(self.ledger) if self.ledger else "")
+        rows = self.rows(self.source, self.ledger_address(self.ledger) if self.ledger else "")
         self.query = (rows.writeStream.format("kafka").options(**self.kafka_options)
                       .queryName(f"skyfilter_{LANE}_{self.plan.name}")
                       .option("checkpointLocation", str(self.plan.lane_checkpoint(LANE))).outputMode("update")
@@ -229,74 +190,16 @@ class RealtimeLane(Lane):
         """Open the stream's visit cap ledger (once per run: its file keeps what earlier runs admitted)."""
         if capped and self.ledger is None:
             self.ledger = self.plan.name
-            admitted = open_visit_caps(self.spark, self.ledger, str(self._ledger_file()), RESTORE_HOURS)
-            self.log(f"realtime: visit caps from the ledger {self._ledger_file()} ({admitted} admission(s) of the "
+            admitted = open_visit_caps(self.spark, self.ledger, str(self.ledger_file()), RESTORE_HOURS)
+            self.log(f"realtime: visit caps from the ledger {self.ledger_file()} ({admitted} admission(s) of the "
                      f"last {RESTORE_HOURS} h read back)")
 
-    def _ledger_address(self, ledger: str) -> str:
+    def ledger_address(self, ledger: str) -> str:
         """The ledger as the query's tasks reach it: by name in the driver's JVM on a local master, else over TCP
         from the executors (the driver serves it at ``spark.driver.host``)."""
         if self.local_master:
             return ledger
         return serve_visit_caps(self.spark, ledger, self.spark.conf.get("spark.driver.host"))
-
-    def pass_first_boundary(self, source: DataFrame, timeout_s: float = 120.0) -> None:
-        """Before the night: run the query's code through one shortest batch and the boundary after it.
-
-        The first checkpoint boundary of a query in a fresh driver runs cold (the
-        commit, the planning and the job submission not yet compiled by the JIT):
-        2.6-4 s without reading, against 0.7-1.6 s at later ones.  With a checkpoint
-        interval of minutes it would fall in the night, and the alerts that arrive
-        during it would be the tail of the night's latency; passed here, every
-        boundary of the night is a warm one.  Skipped when the interval is short
-        (boundaries are then frequent, and the first one is no outlier).
-
-        The pass is a query of its own: ``source`` (the input topic from its end) into
-        Spark's ``noop`` sink, with a checkpoint of its own, the warm-up's filter sets and
-        cap ledger.  Nothing it reads is delivered, capped or checkpointed for the night,
-        so the night's query starts where the stream starts.  (Run as the night's own
-        query, what its second batch delivered before the stop was delivered again.)
-        """
-        if seconds(self.interval) < FIRST_BOUNDARY_AHEAD_FROM_S:
-            return
-        began = time.monotonic()
-        checkpoint = self.cfg.run_dir / f"filter_stream.{self.plan.name}.boundary-pass"
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        with self._warm_up_ledger() as ledger:
-            query = (self._rows(source, ledger, observed=False, warm_up=True).writeStream.format("noop")
-                     .queryName(f"skyfilter_{LANE}_{self.plan.name}_boundary_pass")
-                     .option("checkpointLocation", str(checkpoint)).outputMode("update")
-                     .trigger(realTime=SHORTEST_INTERVAL).start())
-            try:
-                while time.monotonic() < began + timeout_s and query.isActive and query.lastProgress is None:
-                    time.sleep(0.1)
-                passed = query.lastProgress is not None
-            finally:
-                announce_query_stop(self.spark, str(query.runId))
-                query.stop()
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        self.log(f"realtime: {'passed' if passed else 'could not pass'} a first checkpoint boundary before the "
-                 f"night, in a {SHORTEST_INTERVAL} batch ({time.monotonic() - began:.1f} s); checkpoint interval "
-                 f"from now on: {self.interval}")
-
-    def wait_until_reading(self, timeout_s: float = 120.0) -> bool:
-        """Wait until the query's long-lived tasks run (False after ``timeout_s``).
-
-        Starting the query returns before its first batch is planned and its tasks
-        launched (seconds on a busy machine); the stream says it is running only
-        after this, so alerts sent from then on are read as they come.
-        """
-        tracker = self.spark.sparkContext.statusTracker()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.query is not None and self.query.isActive:
-            for job_id in tracker.getJobIdsForGroup(str(self.query.runId)):
-                job = tracker.getJobInfo(job_id)
-                stages = [tracker.getStageInfo(stage_id) for stage_id in (job.stageIds if job else [])]
-                # Spark's status store shows a stage's task count late, so its first running task is the sign
-                if any(stage is not None and stage.numActiveTasks > 0 for stage in stages):
-                    return True
-            time.sleep(0.1)
-        return False
 
     def review_filter_errors(self) -> None:
         """Quarantine the Python filters the query reported failing since the last look (main loop).
@@ -337,11 +240,11 @@ class RealtimeLane(Lane):
     def restart(self) -> StreamingQuery:
         """Start the query again from its checkpoint, warmed up (what it sent since then is sent again)."""
         self.take_plan()
-        self.warm_up(PROBE_ALERTS)  # beside the running query: its JVM is warm, the new plan's code is not loaded
+        warm_up(self, PROBE_ALERTS)  # beside the running query: its JVM is warm, the new plan's code is not loaded
         self.stop()
         self.start()
         self.monitor.restarted(LANE)
-        self.wait_until_reading()
+        wait_until_reading(self)
         return self.query
 
     def recover_new_schema(self, failure: BaseException) -> StreamingQuery | None:

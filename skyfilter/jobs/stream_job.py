@@ -37,6 +37,7 @@ from skyfilter.delivery.micro_batches import V1_SOURCES_WITHOUT_KAFKA, DeliveryL
 from skyfilter.delivery.realtime import RealtimeLane
 from skyfilter.delivery.realtime_reads import marked_reads, reader_name, watch_realtime_reads
 from skyfilter.delivery.realtime_split import broker_refusal, split_line
+from skyfilter.delivery.realtime_start import pass_first_boundary, wait_until_reading, warm_up
 from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.kafka.clients import spark_sink_options, spark_source_options
 from skyfilter.kafka.topics import ensure_topics, topic_partitions
@@ -110,7 +111,7 @@ class StreamJob:
             self._start_delivery()
         if self.archive is not None and not self.triggers.available_now:
             self._start_archive(self.triggers.archive, self.triggers.archive_log)
-        if self.realtime is not None and not self.realtime.wait_until_reading():
+        if self.realtime is not None and not wait_until_reading(self.realtime):
             self.log("realtime: the Real-time Mode tasks had not started 120 s after the query did")
         if self.monitor.url:
             self.log(f"metrics at {self.monitor.url}")
@@ -150,8 +151,8 @@ class StreamJob:
             watch_realtime_reads(self.spark, self.cfg, self.monitor, self.plan, self.triggers.realtime_interval,
                                  self.reader)
             with scheduler_pool(self.spark, LaneName.REALTIME):
-                self.realtime.warm_up()
-                self.realtime.pass_first_boundary(self._source(LaneName.REALTIME, starting="latest").load())
+                warm_up(self.realtime)
+                pass_first_boundary(self.realtime, self._source(LaneName.REALTIME, starting="latest").load())
                 self.queries[LaneName.REALTIME] = self.realtime.start()
         needs_batches = not realtime or any(broker_refusal(b, plan, settings)
                                             for b in plan.brokers if b.enabled_filters)
