@@ -13,22 +13,45 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Protocol
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
+from skyfilter.core.brokers import BrokerSpec
+from skyfilter.core.config import Config
 from skyfilter.core.lane_names import LaneName
-from skyfilter.plan.stream_plan import probe_batch
+from skyfilter.plan.stream_plan import StreamPlan, probe_batch
 from skyfilter.plan.triggers import seconds
 from skyfilter.spark.internals import announce_query_stop, close_visit_caps, open_visit_caps
-
-if TYPE_CHECKING:
-    from skyfilter.delivery.realtime import RealtimeLane
 
 SHORTEST_INTERVAL = "5 seconds"  # Spark's spark.sql.streaming.realTimeMode.minBatchDuration
 FIRST_BOUNDARY_AHEAD_FROM_S = 30.0  # checkpoint intervals from which the first boundary is passed at start-up
 WARM_UP_LEDGER = ".warm-up"
+
+
+class RealtimeLane(Protocol):
+    """What getting ready uses of the Real-time lane (``skyfilter/delivery/realtime.py``)."""
+
+    cfg: Config
+    spark: SparkSession
+    plan: StreamPlan
+    interval: str
+    local_master: bool
+    query: StreamingQuery | None
+    log: Callable[[str], None]
+
+    def brokers(self) -> list[BrokerSpec]: ...
+
+    def rows(self, source: DataFrame, ledger: str, observed: bool = True, warm_up: bool = False) -> DataFrame: ...
+
+    def ledger_address(self, ledger: str) -> str: ...
+
+    def ledger_file(self, suffix: str = "") -> Path: ...
+
+    def warm_up_kafka(self, topics: list[str], input_topic: str) -> None: ...
 
 
 def warm_up(lane: RealtimeLane, alerts: int | None = None) -> None:
