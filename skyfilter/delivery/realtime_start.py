@@ -23,6 +23,7 @@ from pyspark.sql.streaming import StreamingQuery
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.config import Config
 from skyfilter.core.lane_names import LaneName
+from skyfilter.kafka.topics import ensure_topics
 from skyfilter.plan.stream_plan import StreamPlan, probe_batch
 from skyfilter.plan.triggers import seconds
 from skyfilter.spark.internals import announce_query_stop, close_visit_caps, open_visit_caps
@@ -30,6 +31,7 @@ from skyfilter.spark.internals import announce_query_stop, close_visit_caps, ope
 SHORTEST_INTERVAL = "5 seconds"  # Spark's spark.sql.streaming.realTimeMode.minBatchDuration
 FIRST_BOUNDARY_AHEAD_FROM_S = 30.0  # checkpoint intervals from which the first boundary is passed at start-up
 WARM_UP_LEDGER = ".warm-up"
+SCRATCH_RETENTION_MS = 60_000  # what the boundary pass writes is read by nobody
 
 
 class RealtimeLane(Protocol):
@@ -41,6 +43,7 @@ class RealtimeLane(Protocol):
     interval: str
     local_master: bool
     query: StreamingQuery | None
+    kafka_options: dict[str, str]
     log: Callable[[str], None]
 
     def brokers(self) -> list[BrokerSpec]: ...
@@ -101,19 +104,24 @@ def pass_first_boundary(lane: RealtimeLane, source: DataFrame, timeout_s: float 
     boundary of the night is a warm one.  Skipped when the interval is short
     (boundaries are then frequent, and the first one is no outlier).
 
-    The pass is a query of its own: ``source`` (the input topic from its end) into
-    Spark's ``noop`` sink, with a checkpoint of its own, the warm-up's filter sets and
-    cap ledger.  Nothing it reads is delivered, capped or checkpointed for the night,
-    so the night's query starts where the stream starts.  (Run as the night's own
-    query, what its second batch delivered before the stop was delivered again.)
+    The pass is a query of its own: ``source`` (the input topic from its end) through
+    the night's code into a scratch topic (:func:`boundary_pass_topic`; Real-time Mode
+    takes no sink but Kafka's and foreach), with a checkpoint of its own, the warm-up's
+    filter sets and cap ledger.  Nothing it reads is delivered, capped or checkpointed
+    for the night, so the night's query starts where the stream starts.  (Run as the
+    night's own query, what its second batch delivered before the stop was delivered
+    again.)
     """
     if seconds(lane.interval) < FIRST_BOUNDARY_AHEAD_FROM_S:
         return
     began = time.monotonic()
     checkpoint = lane.cfg.run_dir / f"filter_stream.{lane.plan.name}.boundary-pass"
     shutil.rmtree(checkpoint, ignore_errors=True)
+    scratch = boundary_pass_topic(lane.plan)
+    ensure_topics(lane.cfg, {scratch: 1}, {"retention.ms": str(SCRATCH_RETENTION_MS)})
     with warm_up_ledger(lane) as ledger:
-        query = (lane.rows(source, ledger, observed=False, warm_up=True).writeStream.format("noop")
+        query = (lane.rows(source, ledger, observed=False, warm_up=True).writeStream.format("kafka")
+                 .options(**lane.kafka_options).option("topic", scratch)  # every row there, whatever its topic
                  .queryName(f"skyfilter_{LaneName.REALTIME}_{lane.plan.name}_boundary_pass")
                  .option("checkpointLocation", str(checkpoint)).outputMode("update")
                  .trigger(realTime=SHORTEST_INTERVAL).start())
@@ -128,6 +136,12 @@ def pass_first_boundary(lane: RealtimeLane, source: DataFrame, timeout_s: float 
     lane.log(f"realtime: {'passed' if passed else 'could not pass'} a first checkpoint boundary before the "
              f"night, in a {SHORTEST_INTERVAL} batch ({time.monotonic() - began:.1f} s); checkpoint interval "
              f"from now on: {lane.interval}")
+
+
+def boundary_pass_topic(plan: StreamPlan) -> str:
+    """The scratch topic a stream's boundary pass writes to (under the input topic's prefix, which the stream's
+    principal may write on a secure cluster)."""
+    return f"{plan.topic}.boundary-pass" + ("" if plan.name == plan.topic else f".{plan.name}")
 
 
 def wait_until_reading(lane: RealtimeLane, timeout_s: float = 120.0) -> bool:
