@@ -1,3 +1,3 @@
-"""From Kafka bytes to filter verdicts: input schemas, decoding, SQL and Python filters, filter workers,
-watchlists and watchmaps.
+"""From Kafka bytes to filter verdicts: input schemas, decoding, SQL and Python filters, filter workers (the
+watchlists and watchmaps they read are ``skyfilter.watch``'s).
 """

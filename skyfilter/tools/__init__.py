@@ -1,2 +1,2 @@
-"""The command-line tools of filter authors and operators: filter check and trial, schema registry, watchlists.
-"""
+"""What the commands of filter authors and operators run: filter check and trial, the registry's check and
+delete, watchlists and watchmaps, reading a topic back decoded."""

@@ -1,1 +1,2 @@
-"""Watchlists and watchmaps: files read and checked, versions stored, sources matched, and the columns filters read."""
+"""Watchlists and watchmaps: files read and checked, versions stored, sources matched, and the columns filters
+read."""
