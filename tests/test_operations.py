@@ -119,6 +119,8 @@ def test_read_positions_take_the_furthest_known_and_start_where_a_new_name_start
     assert start_positions(checkpoint, "alerts", {0: 40, 1: 38}, "latest") == {0: 40, 1: 38}, \
         "a new name on a busy topic starts at its end: what was there is no lag"
     assert start_positions(checkpoint, "alerts", {0: 40, 1: 38}, "earliest") == {}
+    assert start_positions(checkpoint, "alerts", {0: 40, 1: 38}, '{"alerts": {"0": 35, "1": -1}}') == \
+        {0: 35, 1: 38}, "auto settles to offsets at the launch: what came before is no lag, what came since is"
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "commits").mkdir()
     (checkpoint / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"alerts":{"0":50,"1":45}}\n')

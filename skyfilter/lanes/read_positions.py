@@ -12,6 +12,7 @@ the group is informational.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -33,10 +34,14 @@ def consumer_group(stream: str, lane: str) -> str:
 
 def start_positions(checkpoint: Path, topic: str, latest: dict[int, int], starting_offsets: str) -> dict[int, int]:
     """Where a lane starts reading: its checkpoint's last committed batch's end offsets, else (a new stream name)
-    the topic's ``latest`` offsets when it starts from the latest, else the partitions' beginnings."""
+    the offsets the stream settled on (``stream.starting_offsets``: the topic's ``latest``, a Spark offsets JSON
+    such as ``auto`` settles to, or the partitions' beginnings)."""
     committed = committed_offsets(checkpoint, topic)[1]
     if committed:
         return committed
+    if starting_offsets.strip().startswith("{"):  # Spark's -1: the latest offset, -2: the earliest
+        given = {int(p): int(o) for p, o in json.loads(starting_offsets).get(topic, {}).items()}
+        return {p: latest.get(p, 0) if o == -1 else max(o, 0) for p, o in given.items()}
     return dict(latest) if starting_offsets == "latest" else {}
 
 
