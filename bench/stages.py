@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     from skyfilter.delivery.program import DeliveryProgram, evaluate
     from skyfilter.kafka.clients import spark_sink_options, spark_source_options
     from skyfilter.kafka.topics import ensure_topics
+    from skyfilter.plan.stream_files import read_stream_files
     from skyfilter.plan.stream_plan import build_plan, reader_schema_json
     from skyfilter.producers.command import send_source
     from skyfilter.registry.client import open_registry, subject_for
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
             (source().select("key", "value").write.format("kafka").options(**spark_sink_options(cfg))
              .option("topic", f"{topic}.copy").mode("append").save())
 
-        plan = build_plan(spark, cfg, topic, topic, ROOT / "filters", ROOT / "conf" / "brokers.yaml",
+        plan = build_plan(spark, cfg, topic, topic, read_stream_files(ROOT / "filters", ROOT / "conf" / "brokers.yaml"),
                           open_registry(cfg).latest(subject_for(topic)))
         program = DeliveryProgram(spark, plan, plan.brokers, dead_letters=True)
         kinds = {spec.name: spec.kind for spec in plan.filters}

@@ -16,7 +16,7 @@ from skyfilter.archive.process import ArchiveProcess
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.lane_names import LANE_CHOICES
-from skyfilter.jobs.filter_stream import archive_arguments, parse_args
+from skyfilter.jobs.filter_stream import archive_arguments, load_config, parse_args
 from skyfilter.lanes.totals import StreamTotals
 from skyfilter.local.status import status_file, stream_lines, stream_names
 from skyfilter.plan.run_plan import archive_apart, settle_run
@@ -69,19 +69,22 @@ def test_the_archive_runs_apart_only_for_a_long_running_job_of_both_lanes(cfg):
         archive_apart(cfg, BOTH, available_now=False, local_master=True)
 
 
-def test_the_archive_process_gets_the_same_stream_and_settings_and_its_own_endpoint(cfg, tmp_path):
+def test_the_archive_process_gets_the_config_this_run_settled_and_its_own_endpoint(cfg, tmp_path):
     args = parse_args(["--topic", "t", "--trigger", "0", "--stop-when-idle", "30", "--set", "stream.tasks=1",
                        "--state-dir", str(tmp_path)])
-    run = settle_run(cfg, "night1", "both", False, "local[2]")[0]
-    arguments = archive_arguments(args, cfg, dataclasses.replace(run, topic="t"))
-    child = parse_args(arguments)
-    assert (child.lane, child.topic, child.name, child.stop_when_idle) == ("archive", "t", "night1", None), \
-        "the parent stops it once delivery has stopped"
-    assert child.state_dir == str(tmp_path) and child.archive_trigger == cfg.archive.trigger
-    assert child.set == ["stream.tasks=1", f"monitoring.port={cfg.monitoring.archive_port}", "archive.process=same",
-                         f"archive.writer={run.archive_writer}"], "the writer this run settled (auto: per stream)"
-    cfg = cfg.with_values({"monitoring.port": None})
-    assert "monitoring.port=null" in parse_args(archive_arguments(args, cfg, run)).set, "off with the stream's"
+    settled = load_config(args).with_values({"stream.starting_offsets": '{"t":{"0":5}}'})
+    run = dataclasses.replace(settle_run(settled, "night1", "both", False, "local[2]")[0], topic="t")
+    child = parse_args(archive_arguments(settled, run))
+    assert (child.lane, child.name, child.stop_when_idle, child.set) == ("archive", "night1", None, []), \
+        "the parent stops it once delivery has stopped; nothing is parsed again from flags"
+    received = load_config(child)
+    assert received.data == settled.with_values({
+        "monitoring.port": settled.monitoring.archive_port, "archive.process": "same",
+        "archive.writer": run.archive_writer}).data, "the settled config, the writer this run settled"
+    assert (received.topics.alerts, received.stream.tasks, received.state_dir) == ("t", 1, tmp_path)
+    assert received.stream.starting_offsets == '{"t":{"0":5}}', "where the parent settled the stream to start"
+    quiet = settled.with_values({"monitoring.port": None})
+    assert load_config(parse_args(archive_arguments(quiet, run))).monitoring.port is None, "off with the stream's"
 
 
 def test_status_shows_the_archive_lanes_of_a_process_of_their_own(cfg):

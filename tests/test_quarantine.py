@@ -10,6 +10,7 @@ from skyfilter.jobs.filter_stream import run
 from skyfilter.kafka.read_back import read_topic
 from skyfilter.plan.quarantine import Quarantine
 from skyfilter.plan.reload import PlanReloader
+from skyfilter.plan.stream_files import read_stream_files
 from skyfilter.plan.stream_plan import PlanCell, build_plan
 from skyfilter.plan.tables import table_paths
 from skyfilter.producers.command import ProduceOptions, produce
@@ -96,8 +97,8 @@ def test_failing_and_slow_filters_are_quarantined_and_the_others_deliver_everyth
     assert any("filter 'breaks_on_visit2' stays quarantined" in line for line in again)
 
     # a hot reload leaves quarantined filters off, and says nothing of them, until their files change
-    cell = PlanCell(build_plan(spark, kafka_cfg, TOPIC, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
-                               (0, "")))
+    files = read_stream_files(tmp_path / "filters", tmp_path / "brokers.yaml")
+    cell = PlanCell(build_plan(spark, kafka_cfg, TOPIC, TOPIC, files, (0, "")))
     reloads: list[str] = []
     quarantine = Quarantine(spark, kafka_cfg, cell, tmp_path / "filters", reloads.append)
     reloader = PlanReloader(spark, kafka_cfg, cell, tmp_path / "filters", tmp_path / "brokers.yaml",

@@ -24,7 +24,8 @@ from skyfilter.filtering.filter_workers import (
     verdict_marks,
 )
 from skyfilter.local.cpu_share import idle_group
-from skyfilter.plan.run_plan import BrokerNeeds, needs_from_files, realtime_refusal, settle_triggers
+from skyfilter.plan.run_plan import BrokerNeeds, broker_needs, realtime_refusal, settle_triggers
+from skyfilter.plan.stream_files import read_stream_files
 from skyfilter.schemas.avro import only_paths, rubin_schema
 
 RAISES = """
@@ -179,7 +180,7 @@ def test_brokers_go_to_micro_batches_only_when_the_settings_say_so():
 
 def test_auto_picks_realtime_for_the_repository_filters_and_brokers():
     root = Path(__file__).resolve().parents[1]
-    needs = needs_from_files(root / "filters", root / "conf" / "brokers.yaml")
+    needs = broker_needs(read_stream_files(root / "filters", root / "conf" / "brokers.yaml"))
     cfg = Config.load()
     cfg = cfg.with_values({"stream.trigger": "auto"})
     triggers, why = settle_triggers(cfg, False, needs)

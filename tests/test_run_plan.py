@@ -20,8 +20,8 @@ from skyfilter.core.lane_names import LANE_CHOICES, LaneName
 from skyfilter.local.memory import process_tree_rss
 from skyfilter.local.processes import command_line, is_running
 from skyfilter.local.status import LANES
-from skyfilter.plan.run_plan import BrokerNeeds, fit_to_slots, on_master, realtime_refusal, settle_run, with_slots
-from skyfilter.plan.slots import Slots
+from skyfilter.plan.run_plan import BrokerNeeds, fit_to_slots, realtime_refusal, settle_run, with_slots
+from skyfilter.plan.slots import Slots, configured_master
 from skyfilter.plan.stream_plan import frozen_value
 from skyfilter.plan.triggers import Triggers
 
@@ -100,12 +100,22 @@ def test_the_one_rule_names_every_reason():
         "on every master: workers beside each executor, caps asked of the driver"
 
 
-def test_a_cluster_master_found_under_spark_submit_settles_the_run_again(cfg):
+def test_the_run_is_settled_once_for_the_master_spark_will_run_on(cfg, tmp_path, monkeypatch):
     run = with_slots(settle_run(cfg, "night", "both", False, "local[2]")[0], cfg)
     assert run.archive_apart and run.slots == Slots(2, 0, 0, 0)
-    assert on_master(run, cfg, "local[4]", 4) == (run, ""), "a local master: what was settled stands"
-    cluster, line = on_master(run, cfg, "spark://127.0.0.1:7077", 6)
-    assert not cluster.archive_apart and cluster.slots == Slots(6, 0, 1, 1) and line == ""
+    cluster = settle_run(cfg, "night", "both", False, "spark://127.0.0.1:7077")[0]
+    assert not cluster.archive_apart and with_slots(cluster, cfg, 6).slots == Slots(6, 0, 1, 1), \
+        "a cluster: one JVM, its cores sized once Spark says how many"
+    # outside spark-submit, the master is the one of the defaults file the session will read
+    (tmp_path / "spark-defaults.conf").write_text("# a cluster\nspark.master=spark://head:7077\n"
+                                                  "spark.driver.memory 2g\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert configured_master() == "spark://head:7077"
+    (tmp_path / "spark-defaults.conf").write_text("spark.master   local[3]\n")
+    assert configured_master() == "local[3]"
+    (tmp_path / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    assert configured_master() == "local[*]", "Spark's own default"
 
 
 @pytest.mark.parametrize("trigger", ["auto", "realtime"])

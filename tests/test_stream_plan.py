@@ -23,6 +23,7 @@ from skyfilter.lanes.lane import LaneServices
 from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.totals import StreamTotals
 from skyfilter.plan.quarantine import without_filter
+from skyfilter.plan.stream_files import read_stream_files
 from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA, PlanCell, build_plan, probe_batch
 from skyfilter.producers.command import ProduceOptions, produce
 from skyfilter.registry.client import open_registry, subject_for
@@ -62,7 +63,8 @@ def planned(kafka_cfg, spark, tmp_path_factory):
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=20, interval_s=0.0, stamps=True,
                                       seed=5, night="2026-11-10", progress=False), log=lambda line: None)
     schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
-    plan = build_plan(spark, kafka_cfg, TOPIC, TOPIC, folder / "filters", folder / "brokers.yaml", schema)
+    files = read_stream_files(folder / "filters", folder / "brokers.yaml")
+    plan = build_plan(spark, kafka_cfg, TOPIC, TOPIC, files, schema)
     monitor = StreamMonitor(kafka_cfg, TOPIC, TOPIC)
     lane = DeliveryLane(LaneServices(spark, kafka_cfg, PlanCell(plan), {}, monitor, StreamTotals()), "0s",
                         SummaryWriter(kafka_cfg, "unused"), VisitCaps())
@@ -125,7 +127,8 @@ def test_a_watchlist_adds_one_pass_over_positions_and_keeps_one_decode(kafka_cfg
     folder = stream_folder(tmp_path, {"near.sql": "watchlists.plan_list.matched AND diaSource.snr > 5"},
                            "brokers:\n  p_watch:\n    filters: [near]\n    max_alerts_per_visit: null\n")
     schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
-    plan = build_plan(spark, kafka_cfg, TOPIC, "plan-watch", folder / "filters", folder / "brokers.yaml", schema)
+    files = read_stream_files(folder / "filters", folder / "brokers.yaml")
+    plan = build_plan(spark, kafka_cfg, TOPIC, "plan-watch", files, schema)
     monitor = StreamMonitor(kafka_cfg, TOPIC, "plan-watch")
     services = LaneServices(spark, kafka_cfg, PlanCell(plan), {}, monitor, StreamTotals())
     lane = DeliveryLane(services, "0s", SummaryWriter(kafka_cfg, "unused"), VisitCaps())

@@ -43,6 +43,7 @@ class TopicBatches(ABC):
             "group.id": group, "enable.auto.commit": False, "log_level": 0,
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024}))
         self.started: dict[int, int] = {}  # where each partition was read from (resume)
+        self.marks: dict[int, tuple[int, int]] = {}  # each partition's low and high watermarks at the resume
         self.batches = 0
         self.writing = False  # a batch is being written (a stop waits for it)
 
@@ -61,10 +62,16 @@ class TopicBatches(ABC):
         """Store one batch window's messages (and their next offsets) in the tables."""
 
     def resume(self) -> dict[int, int]:
-        """Read each partition from what the tables hold, else from :meth:`first_offset`."""
+        """Read each partition from what the tables hold, else from :meth:`first_offset`.
+
+        The watermarks are asked for before the partitions are assigned: once the consumer fetches, each such
+        request waits behind its long poll (0.5 s a partition, which a drain on stop paid in full).
+        """
         from confluent_kafka import TopicPartition
 
         partitions = sorted(self.consumer.list_topics(self.topic, timeout=30).topics[self.topic].partitions)
+        self.marks = {p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+                      for p in partitions}
         stored = self.stored(partitions)
         self.started = {p: stored[p] if p in stored else self.first_offset(p) for p in partitions}
         self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in self.started.items()])
@@ -125,20 +132,14 @@ class TopicBatches(ABC):
         return messages
 
     def _ends(self) -> dict[int, int]:
-        """The end offset of each assigned partition that holds something past where it is read from.
+        """The end offset, at the resume, of each partition that holds something past where it is read from.
 
         A partition with nothing to read (empty, or read to its end already) is left
         out: the consumer's position there stays logical (``OFFSET_BEGINNING``), and a
         drain waiting for it to reach the end would never end.
         """
-        from confluent_kafka import TopicPartition
-
-        ends = {}
-        for tp in self.consumer.assignment():
-            low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition), timeout=10)
-            if high > max(low, self.started.get(tp.partition, -1)):
-                ends[tp.partition] = high
-        return ends
+        return {partition: high for partition, (low, high) in self.marks.items()
+                if high > max(low, self.started.get(partition, -1))}
 
     def _reached(self, ends: dict[int, int]) -> bool:
         positions = {tp.partition: tp.offset for tp in self.consumer.position(self.consumer.assignment())}

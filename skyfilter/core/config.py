@@ -22,6 +22,7 @@ sections as objects (``cfg.stream.trigger``, ``cfg.archive.nice``).
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -108,6 +109,20 @@ class Config:
         changed = Config(data, self.source, self.root)
         changed.sections  # noqa: B018 - a wrong value is an error here, where it was set
         return changed
+
+    def save(self, path: Path) -> Path:
+        """Write this config as it stands, for a process this one starts (:meth:`saved` reads it back)."""
+        path.write_text(json.dumps({"data": self.data, "source": str(self.source), "root": str(self.root)},
+                                   default=str))
+        return path
+
+    @classmethod
+    def saved(cls, path: str | Path) -> Config:
+        """A config another process settled and saved: taken as it is, no file read again, nothing overridden."""
+        saved = json.loads(Path(path).read_text())
+        cfg = cls(saved["data"], Path(saved["source"]), Path(saved["root"]))
+        cfg.sections  # noqa: B018 - checked as a loaded one is
+        return cfg
 
     def section(self, key: str) -> dict:
         """A whole mapping (e.g. the librdkafka settings under ``producer``)."""

@@ -32,9 +32,10 @@ from skyfilter.lanes.totals import StreamTotals, summary_lines
 from skyfilter.local.arguments import config_from_args
 from skyfilter.local.processes import start_time
 from skyfilter.local.status import BUILDING, STARTING, write_starting
-from skyfilter.plan.run_plan import RunPlan, on_master, settle_run, with_slots
+from skyfilter.plan.run_plan import RunPlan, fit_to_slots, settle_run, with_slots
 from skyfilter.plan.slots import configured_master, local_cores
 from skyfilter.plan.starting_offsets import starting_offsets
+from skyfilter.plan.stream_files import StreamFiles, read_stream_files
 from skyfilter.plan.stream_plan import build_plan, wait_for_schema
 from skyfilter.schemas.reader import schema_name
 from skyfilter.spark.session import get_spark
@@ -77,12 +78,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where a stream without a checkpoint starts: auto = the topic's end when the job "
                              "starts (everything with --available-now), latest, or earliest = all the topic holds "
                              "(default: stream.starting_offsets); a checkpoint always resumes where it was")
+    parser.add_argument("--settled", metavar="FILE", help=argparse.SUPPRESS)  # an archive process: its parent's
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
 
 def load_config(args: argparse.Namespace) -> Config:
-    """The config with the command-line flags applied on top."""
+    """The config with the command-line flags applied on top (an archive process: the one its parent settled)."""
+    if args.settled:
+        return Config.saved(args.settled)
     cfg = config_from_args(args, {"stream.filters_dir": args.filters_dir, "stream.brokers": args.brokers,
                                   "stream.trigger": args.trigger, "topics.alerts": args.topic,
                                   "archive.trigger": args.archive_trigger,
@@ -110,7 +114,8 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     cfg = load_config(args)
     topic = cfg.topics.alerts
     name = args.name or topic
-    run_plan, auto_line = settle_run(cfg, name, args.lane, args.available_now, configured_master())
+    files = None if args.lane == "archive" else stream_files(cfg)  # an archive alone may need none (delta-rs)
+    run_plan, auto_line = settle_run(cfg, name, args.lane, args.available_now, configured_master(spark), files)
     if auto_line:
         log(auto_line)
     wait_until_reachable(cfg, cfg.kafka.connect_wait_s, log)
@@ -127,21 +132,28 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
         write_starting(cfg, name, topic, BUILDING, archive_only)
         if archive_only and run_plan.archive_writer == "delta-rs":
             return archive_without_spark.run(cfg, name, schema[1], args.available_now, log)
-        return _run_lanes(args, cfg, run_plan, topic, name, schema, spark, log)
+        return _run_lanes(args, cfg, run_plan, files, schema, spark, log)
     finally:
         status.unlink(missing_ok=True)
 
 
-def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, topic: str, name: str,
+def stream_files(cfg: Config) -> StreamFiles:
+    """The filter and broker files this run reads, once."""
+    return read_stream_files(cfg.path("stream.filters_dir"), cfg.path("stream.brokers"))
+
+
+def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, files: StreamFiles | None,
                schema: tuple[int, str], spark, log) -> StreamTotals:
     """Build the plan, start the lanes and run them until the job is told to stop."""
-    run_plan = with_slots(run_plan, cfg)
+    topic, name = run_plan.topic, run_plan.name
+    run_plan = with_slots(run_plan, cfg)  # a local master's cores are known now, a cluster's once Spark runs
     spark = spark or session_for(cfg, run_plan)
-    run_plan, fitted = on_master(run_plan, cfg, spark.sparkContext.master,
-                                 int(spark.sparkContext.defaultParallelism))
+    cores = int(spark.sparkContext.defaultParallelism)
+    run_plan, fitted = fit_to_slots(run_plan if run_plan.local_master else with_slots(run_plan, cfg, cores),
+                                    cfg, cores)
     if fitted:
         log(fitted)
-    plan = build_plan(spark, cfg, topic, name, cfg.path("stream.filters_dir"), cfg.path("stream.brokers"), schema)
+    plan = build_plan(spark, cfg, topic, name, files or stream_files(cfg), schema)
     for problem in plan.problems:
         log(f"filter problem: {problem}")
     log(f"stream '{name}': topic '{topic}' (schema id {plan.schema_id}, {plan.columns.family}), "
@@ -156,7 +168,7 @@ def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, topic: 
     job = StreamJob(spark, cfg, run_plan, plan, log)
     try:
         if run_plan.archive_apart:
-            archive = ArchiveProcess(archive_arguments(args, cfg, run_plan), cfg.archive.nice, job.totals,
+            archive = ArchiveProcess(archive_arguments(cfg, run_plan), cfg.archive.nice, job.totals,
                                      cfg.run_dir / f"filter_stream.{name}.archive.log", log, cfg.archive.cpu_group)
             log(f"archive lane: a process of its own, at a lower CPU priority: {archive.priority}")
             job.watch_archive_process(archive.start())
@@ -186,20 +198,17 @@ def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, topic: 
     return job.totals
 
 
-def archive_arguments(args: argparse.Namespace, cfg: Config, run_plan: RunPlan) -> list[str]:
-    """The command-line arguments of this job's archive lane run as a process of its own: the same stream,
-    files and settings and the writer this run settled, the archive lane only, its metrics at
-    ``monitoring.archive_port`` (the parent serves the lanes' lag)."""
-    arguments = ["--lane", "archive", "--topic", run_plan.topic, "--name", run_plan.name, "--wait-for-schema", "600",
-                 "--filters-dir", str(cfg.path("stream.filters_dir")), "--brokers", str(cfg.path("stream.brokers")),
-                 "--bootstrap", cfg.kafka.bootstrap_servers, "--state-dir", str(cfg.state_dir),
-                 "--archive-trigger", cfg.archive.trigger, "--starting-offsets", str(cfg.stream.starting_offsets)]
-    arguments += ["--config", args.config] if args.config else []
-    for setting in args.set:
-        arguments += ["--set", setting]
+def archive_arguments(cfg: Config, run_plan: RunPlan) -> list[str]:
+    """The command-line arguments of this job's archive lane run as a process of its own: the config this run
+    settled (its stream, files, settings, starting offsets and archive writer), saved where the process reads
+    it, with the archive lane in that process's driver and its metrics at ``monitoring.archive_port`` (the
+    parent serves the lanes' lag)."""
     port = cfg.monitoring.archive_port if cfg.monitoring.port is not None else None  # off with the stream's
-    return arguments + ["--set", f"monitoring.port={'null' if port is None else port}",
-                        "--set", "archive.process=same", "--set", f"archive.writer={run_plan.archive_writer}"]
+    settled = cfg.with_values({"monitoring.port": port, "archive.process": "same",
+                               "archive.writer": run_plan.archive_writer})
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    saved = settled.save(cfg.run_dir / f"filter_stream.{run_plan.name}.archive.settled.json")
+    return ["--lane", "archive", "--name", run_plan.name, "--wait-for-schema", "600", "--settled", str(saved)]
 
 
 def _label(job: StreamJob, lane: LaneName) -> str:

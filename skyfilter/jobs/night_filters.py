@@ -22,6 +22,7 @@ from skyfilter.filtering.decode import is_accepted
 from skyfilter.filtering.filter_eval import add_filter_columns
 from skyfilter.filtering.input_schemas import InputSchemas
 from skyfilter.plan.outgoing import add_broker_matches
+from skyfilter.plan.stream_files import read_stream_files
 from skyfilter.plan.stream_plan import resolve_filters
 from skyfilter.spark.steps import apply_steps
 from skyfilter.watch.columns import Watch, load_watch, template_columns, used_by, watch_as_of, watch_steps
@@ -43,8 +44,8 @@ def filter_night(cfg: Config, messages: DataFrame, inputs: InputSchemas, filters
     (from :func:`skyfilter.archive.night_reader.read_messages`); before any cap."""
     frame = messages.withColumn("reject_reason", F.lit(None).cast("string"))
     watch = night_watch(cfg, messages, which_watch)
-    filters, brokers, problems = resolve_filters(frame.withColumns(template_columns(watch)), filters_dir,
-                                                 brokers_file)
+    filters, brokers, problems = resolve_filters(frame.withColumns(template_columns(watch)),
+                                                 read_stream_files(filters_dir, brokers_file))
     for problem in problems:
         log(f"filter problem: {problem}")
     chosen = watch.chosen(used_by(filters))

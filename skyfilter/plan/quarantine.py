@@ -74,7 +74,8 @@ class Quarantine:
         self._save()
 
     def _initial_states(self, filters_dir: Path) -> dict[str, FilterState]:
-        specs, _ = load_filters(filters_dir)
+        files = self.plan.files
+        specs = files.filters if files is not None else load_filters(filters_dir)[0]
         enabled = {s.name for s in self.plan.filters}
         states = {s.name: FilterState(s.name, s.kind, "enabled" if s.name in enabled else "unused", "", s.digest)
                   for s in specs}

@@ -23,6 +23,7 @@ from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.filter_loader import FilterProblem
 from skyfilter.plan.outputs import prepare_outputs
+from skyfilter.plan.stream_files import read_stream_files
 from skyfilter.plan.stream_plan import PlanCell, StreamPlan, resolve_filters, template_frame
 from skyfilter.watch.columns import Watch, load_watch, used_by
 from skyfilter.watch.store import fingerprint as watch_fingerprint
@@ -80,11 +81,11 @@ class PlanReloader:
         except SkyfilterError as exc:
             self.log(f"reload: {exc}; the previous brokers stay in place")
             brokers = list(plan.brokers)
+        files = read_stream_files(self.filters_dir, self.brokers_file, brokers)
         watch = load_watch(self.cfg)
         template, _ = template_frame(self.spark, self.cfg, plan.inputs, watch)
         previous = {spec.name: spec for spec in plan.filters}
-        filters, brokers, problems = resolve_filters(template, self.filters_dir, self.brokers_file, brokers,
-                                                     previous)
+        filters, brokers, problems = resolve_filters(template, files, previous)
         held = self.held_off()
         filters = [f for f in filters if held.get(f.name) != f.digest]
         running = {spec.name for spec in filters}
@@ -100,7 +101,7 @@ class PlanReloader:
             kept = isinstance(problem, FilterProblem) and problem.path.stem in {f.name for f in filters}
             self.log(f"reload: {problem}" + ("; its previous version keeps running" if kept else ""))
         self.cell.update(lambda current: replace(current, filters=filters, brokers=brokers, encodings=encodings,
-                                                 problems=problems, watch=watch))
+                                                 problems=problems, watch=watch, files=files))
         self.log(f"reload: {changes or 'no change to the running filters or brokers'}")
         return bool(changes)
 

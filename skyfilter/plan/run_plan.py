@@ -4,18 +4,20 @@ A run's decisions are: which lanes this process runs and whether the archive
 runs in a process of its own; each lane's trigger (``--trigger auto`` becomes
 ``realtime`` or ``0``); the task slots each lane gets; and which brokers
 Real-time Mode serves.  :func:`settle_run` makes them from the config and the
-filter and broker files, before Spark starts (the session's size depends on
+filter and broker files (read once: :mod:`skyfilter.plan.stream_files`), for
+the master Spark runs on, before Spark starts (the session's size depends on
 them); the job runs what the returned :class:`RunPlan` says and decides none of
-it again.  Which broker goes to Real-time Mode follows one rule,
+it again.  It only sizes the lanes' task slots, once Kafka says how many
+partitions the topic has (and on a cluster once Spark says how many cores it
+has).  Which broker goes to Real-time Mode follows one rule,
 :func:`realtime_refusal`, whether read from the files or from a stream plan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from skyfilter.core.brokers import BrokerSpec, load_brokers
+from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.config import Config
 from skyfilter.core.config_types import Realtime
 from skyfilter.core.errors import SkyfilterError
@@ -23,9 +25,10 @@ from skyfilter.core.filter_loader import FilterSpec
 from skyfilter.core.lane_names import LANE_CHOICES, LaneName
 from skyfilter.kafka.topics import topic_partitions
 from skyfilter.plan.slots import Slots, local_cores, plan_slots
+from skyfilter.plan.stream_files import StreamFiles, read_stream_files
 from skyfilter.plan.tables import raw_layout, table_paths
 from skyfilter.plan.triggers import AVAILABLE_NOW, REALTIME, Triggers, duration
-from skyfilter.watch.columns import REFERENCE
+from skyfilter.watch.columns import references
 
 
 @dataclass(frozen=True)
@@ -63,14 +66,13 @@ def realtime_refusal(needs: BrokerNeeds, settings: Realtime) -> str | None:
     return "; ".join(reasons) or None
 
 
-def needs_from_files(filters_dir: Path, brokers_file: Path) -> dict[str, BrokerNeeds]:
-    """Each broker's needs read from the files alone, before Spark starts."""
-    files = {path.stem: path for path in filters_dir.glob("*") if path.suffix in (".sql", ".py")}
-    python = {name for name, path in files.items() if path.suffix == ".py"}
-    watching = {name for name, path in files.items() if REFERENCE.search(path.read_text(errors="replace"))}
-    return {broker.name: BrokerNeeds.of(broker, [f for f in broker.filters if f in files or ":" in f], python,
+def broker_needs(files: StreamFiles) -> dict[str, BrokerNeeds]:
+    """Each broker's needs from what its files say, before Spark starts."""
+    names, python = files.names, files.python
+    watching = {spec.name for spec in files.filters if references(spec)}
+    return {broker.name: BrokerNeeds.of(broker, [f for f in broker.filters if f in names or ":" in f], python,
                                         watching)
-            for broker in load_brokers(brokers_file)}
+            for broker in files.brokers}
 
 
 @dataclass(frozen=True)
@@ -159,17 +161,21 @@ def settle_archive_writer(cfg: Config, name: str) -> tuple[str, str]:
     return "delta-rs", ""
 
 
-def settle_run(cfg: Config, name: str, lane_choice: str, available_now: bool, master: str) -> tuple[RunPlan, str]:
+def settle_run(cfg: Config, name: str, lane_choice: str, available_now: bool, master: str,
+               files: StreamFiles | None = None) -> tuple[RunPlan, str]:
     """The run plan of ``filter_stream.py`` on Spark master ``master``, from the config and the filter and broker
-    files alone (before Kafka is asked anything: a typo is one line at once), and the ``--trigger auto`` line
-    ("" without it).  Its slots follow from :func:`with_slots`."""
+    ``files`` alone (before Kafka is asked anything: a typo is one line at once; None: read here when needed),
+    and the ``--trigger auto`` line ("" without it).  Its slots follow from :func:`with_slots`."""
     local = local_cores(master) is not None
     writer, why_spark = settle_archive_writer(cfg, name)
-    # only Real-time Mode (asked for, or maybe chosen by auto) needs each broker's needs read from the files
-    wanted = not available_now and cfg.stream.trigger.strip().lower() in ("auto", REALTIME)
-    needs = needs_from_files(cfg.path("stream.filters_dir"), cfg.path("stream.brokers")) if wanted else {}
-    triggers, why = settle_triggers(cfg, available_now, needs)
     lanes = LANE_CHOICES[lane_choice]
+    # only Real-time Mode (asked for, or maybe chosen by auto) needs each broker's needs
+    wanted = LaneName.DELIVERY in lanes and not available_now and \
+        cfg.stream.trigger.strip().lower() in ("auto", REALTIME)
+    if wanted and files is None:
+        files = read_stream_files(cfg.path("stream.filters_dir"), cfg.path("stream.brokers"))
+    needs = broker_needs(files) if wanted else {}
+    triggers, why = settle_triggers(cfg, available_now, needs)
     run = RunPlan(name, cfg.topics.alerts, lanes, archive_apart(cfg, lanes, available_now, local), triggers,
                   Slots(0, 0, 0, 0), master, archive_writer=writer)
     if run.realtime:
@@ -185,17 +191,6 @@ def with_slots(run: RunPlan, cfg: Config, cores: int | None = None) -> RunPlan:
     partitions = (topic_partitions(cfg, run.topic) or cfg.topics.alerts_partitions) if run.realtime else 0
     slots = plan_slots(cfg, local_cores(run.master) or cores or 1, partitions, run.micro_batches, run.archive_here)
     return replace(run, slots=slots)
-
-
-def on_master(run: RunPlan, cfg: Config, master: str, cores: int) -> tuple[RunPlan, str]:
-    """``run`` settled again for the master Spark runs on, when that is a cluster and ``run`` was settled for a
-    local one (under spark-submit, ``--master`` is known only once the session runs), and fitted to the
-    ``cores`` (task slots) Spark has; with the line saying what ``--trigger auto`` changed ("" if nothing)."""
-    if local_cores(master) is None and run.local_master:
-        settled, _ = settle_run(cfg, run.name, next(k for k, v in LANE_CHOICES.items() if v == run.lanes),
-                                run.triggers.available_now, master)
-        run = with_slots(settled, cfg, cores)
-    return fit_to_slots(run, cfg, cores)
 
 
 def fit_to_slots(run: RunPlan, cfg: Config, available: int) -> tuple[RunPlan, str]:

@@ -21,9 +21,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
+
+DEFAULTS_MASTER = re.compile(r"^\s*spark\.master\s*[=:\s]\s*(\S+)")  # a Java properties line
 
 
 @dataclass(frozen=True)
@@ -56,13 +59,28 @@ def local_cores(master: str) -> int | None:
     return (os.cpu_count() or 1) if match[1] == "*" else int(match[1])
 
 
-def configured_master() -> str:
-    """The master of Spark's defaults (``conf/spark-defaults.conf``; ``--master`` under spark-submit)."""
-    from pyspark import SparkConf
-
+def configured_master(spark=None) -> str:
+    """The master Spark runs this job on: ``spark``'s (a running session); under spark-submit its ``--master``;
+    else the ``spark.master`` of the spark-defaults.conf a session started from Python reads; else Spark's own
+    default, ``local[*]``.  Known before the session starts, so the run is settled once, for that master."""
+    if spark is not None:
+        return spark.sparkContext.master
     from skyfilter.spark.internals import submitted_master
 
-    return submitted_master() or SparkConf().get("spark.master", "local[2]")
+    return submitted_master() or defaults_master() or "local[*]"
+
+
+def defaults_master() -> str | None:
+    """``spark.master`` of Spark's defaults file (``$SPARK_CONF_DIR``, else the conf folder of Spark's home)."""
+    from skyfilter.local.spark_cluster import spark_home
+
+    folder = os.environ.get("SPARK_CONF_DIR") or str(spark_home() / "conf")
+    try:
+        lines = (Path(folder) / "spark-defaults.conf").read_text().splitlines()
+    except OSError:
+        return None
+    found = [match.group(1) for match in map(DEFAULTS_MASTER.match, lines) if match]
+    return found[-1] if found else None
 
 
 def plan_slots(cfg: Config, cores: int, realtime_partitions: int, micro_batches: bool, archive: bool) -> Slots:

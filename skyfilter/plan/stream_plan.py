@@ -19,16 +19,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from skyfilter.core.alert_columns import AlertColumns, detect
-from skyfilter.core.brokers import BrokerSpec, load_brokers
+from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
-from skyfilter.core.filter_loader import FilterProblem, FilterSpec, load_filters
+from skyfilter.core.filter_loader import FilterProblem, FilterSpec
 from skyfilter.filtering.decode import decode, reserved_columns
 from skyfilter.filtering.filter_eval import validate_filters
 from skyfilter.filtering.input_schemas import InputSchemas, load_input_schemas
 from skyfilter.kafka.topics import ensure_topics
 from skyfilter.plan.outgoing import Encoding
 from skyfilter.plan.outputs import prepare_outputs
+from skyfilter.plan.stream_files import StreamFiles
 from skyfilter.plan.tables import table_paths
 from skyfilter.registry.client import open_registry, subject_for
 from skyfilter.schemas.avro import cutout_fields, filled_record, schema_text, schemaless_body, without_fields
@@ -96,6 +97,7 @@ class StreamPlan:
     checkpoint: Path  # one checkpoint folder per lane inside (see lane_checkpoint)
     night_offset_hours: float
     problems: list[FilterProblem | str] = field(default_factory=list)
+    files: StreamFiles | None = None  # what the filter and broker files said, read once (and at each reload)
     max_alert_bytes: int | None = None
     filter_time_budget_s: float = 30.0  # stream.filter_time_budget_s: a Python filter's time per batch
     watch: Watch = field(default_factory=Watch)  # the watchlists and watchmaps filters may name, versions read now
@@ -103,8 +105,9 @@ class StreamPlan:
     @cached_property
     def value_key(self) -> tuple:
         """Everything the plan's queries are built from, as one hashable value: equal keys, same queries
-        (the problems it reports are left out)."""
-        return frozen_value({f.name: getattr(self, f.name) for f in fields(self) if f.name != "problems"})
+        (the problems it reports and the files it was read from are left out)."""
+        return frozen_value({f.name: getattr(self, f.name) for f in fields(self)
+                             if f.name not in ("problems", "files")})
 
     @property
     def deadletter_topic(self) -> str:
@@ -206,19 +209,18 @@ def wait_for_schema(cfg: Config, topic: str, wait_s: float, log=print) -> tuple[
         time.sleep(2.0)
 
 
-def resolve_filters(template: DataFrame, filters_dir: Path, brokers_file: Path,
-                    brokers: list[BrokerSpec] | None = None, previous: dict[str, FilterSpec] | None = None
+def resolve_filters(template: DataFrame, files: StreamFiles, previous: dict[str, FilterSpec] | None = None
                     ) -> tuple[list[FilterSpec], list[BrokerSpec], list[FilterProblem | str]]:
-    """Load and check the filters against a frame's columns; attach each broker's working filters.
+    """Check the filters the files hold against a frame's columns; attach each broker's working filters.
 
     Returns the filters to evaluate (those some broker uses), the brokers, and
-    one line per problem.  ``brokers`` replaces reading ``brokers_file``;
-    ``previous`` (a running stream's filters) keeps the last good version of
-    a filter whose file is now broken (unless it names a list or map that is gone).
-    A broker's ``watchlists:``/``watchmaps:`` subscriptions are filters of their own (``watchlist:<name>``).
+    one line per problem.  ``previous`` (a running stream's filters) keeps the
+    last good version of a filter whose file is now broken (unless it names a
+    list or map that is gone).  A broker's ``watchlists:``/``watchmaps:``
+    subscriptions are filters of their own (``watchlist:<name>``).
     """
-    specs, load_problems = load_filters(filters_dir)
-    brokers = load_brokers(brokers_file) if brokers is None else brokers
+    filters_dir, brokers_file = files.filters_dir, files.brokers_file
+    specs, load_problems, brokers = list(files.filters), list(files.problems), list(files.brokers)
     specs += subscription_filters(brokers, brokers_file)
     wanted = {name for broker in brokers for name in broker.filters}
     valid, check_problems = validate_filters(template, specs)
@@ -273,17 +275,18 @@ def template_frame(spark: SparkSession, cfg: Config, schemas: InputSchemas, watc
     return decoded.withColumns(template_columns(watch or Watch())), columns
 
 
-def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path, brokers_file: Path,
+def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, files: StreamFiles,
                schema: tuple[int, str]) -> StreamPlan:
-    """Validate filters and brokers against the topic's schemas (``schema``: one registered, what the stream waited
-    for); create output topics.  The reader is the one ``stream.reader_schema``'s policy chooses."""
+    """Validate the filters and brokers of ``files`` against the topic's schemas (``schema``: one registered,
+    what the stream waited for); create output topics.  The reader is the one ``stream.reader_schema``'s policy
+    chooses."""
     inputs = load_input_schemas(cfg, topic)
     schema_id = inputs.reader_id if inputs.reader_id is not None else 0
     definition = inputs.reader
     watch = load_watch(cfg)
     template, columns = template_frame(spark, cfg, inputs, watch)
     offset = cfg.stream.night_offset_hours
-    enabled, brokers, problems = resolve_filters(template, filters_dir, brokers_file)
+    enabled, brokers, problems = resolve_filters(template, files)
     if used_by(enabled) and (columns.ra is None or columns.dec is None):
         raise SkyfilterError(f"filters name watchlists or watchmaps, but schema '{definition.get('name')}' has no "
                              f"known position: set stream.alert_columns.ra and stream.alert_columns.dec")
@@ -295,5 +298,5 @@ def build_plan(spark: SparkSession, cfg: Config, topic: str, name: str, filters_
         name=name, topic=topic, schema_id=schema_id, schema=definition,
         columns=columns, filters=enabled, brokers=brokers, encodings=encodings, cutouts=cutouts, inputs=inputs,
         tables=table_paths(cfg, name), checkpoint=cfg.checkpoint_dir / name, night_offset_hours=offset,
-        problems=problems, max_alert_bytes=cfg.stream.max_alert_bytes,
+        problems=problems, files=files, max_alert_bytes=cfg.stream.max_alert_bytes,
         filter_time_budget_s=cfg.stream.filter_time_budget_s, watch=watch)
