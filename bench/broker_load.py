@@ -96,13 +96,13 @@ def load_one(cfg, spark, args, cached: Path, warm_up: Path, schema: dict, run_id
     stream = start_stream(cfg, spark, topic, name, filters, brokers_file, trigger, sets=args.sets, lane=lanes)
     topics = [f"filtered.{broker}" for broker in brokers]
     try:
-        warm = send_source(cfg, topic, CachedSource(warm_up, 1), schema, 0.0, 1, False, lambda line: None).alerts
+        warm = send_source(cfg, topic, CachedSource(warm_up, 1), schema, 0.0, 1, False).alerts
         wait_until_quiet(cfg, topics, QUIET_S, 600)
         measured_from = time.time()
         cpu_before = cpu_now(os.getpid(), kafka_node())
         visits = max(1, round(args.seconds))
         report = send_source(cfg, topic, CachedSource(cached, visits, schema), schema, 1.0, args.producers,
-                             progress=not args.quiet, log=lambda line: None, spread_s=SPREAD_S)
+                             progress=not args.quiet, spread_s=SPREAD_S)
         if lanes == "both":
             stream.wait_for_alerts(report.alerts + warm, timeout_s=max(900, 2 * args.seconds))
         wait_until_quiet(cfg, topics, QUIET_S, 600)

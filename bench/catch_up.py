@@ -114,8 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     topic = f"bench.catchup.{run_id}"
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
         report = produce(cfg, ProduceOptions(topic=topic, visits=args.visits, alerts_per_visit=args.alerts_per_visit,
-                                             interval_s=0.0, stamps=args.stamps, seed=11, progress=not args.quiet),
-                         log=lambda line: None)
+                                             interval_s=0.0, stamps=args.stamps, seed=11, progress=not args.quiet))
         runs = [catch_up(cfg, topic, f"catchup_{run_id}_{value}", value, args.state_dir, kafka_pid(cluster),
                          report.alerts, args.quiet) for value in settings]
     columns = [("max_offsets", "maxOffsetsPerTrigger"), ("alerts", "alerts"), ("batches", "batches"),

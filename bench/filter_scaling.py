@@ -83,8 +83,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
         visits = max(1, args.alerts // args.alerts_per_visit)
         report = produce(cfg, ProduceOptions(topic=topic, visits=visits, alerts_per_visit=args.alerts_per_visit,
-                                             interval_s=0.0, stamps=args.stamps, seed=3, progress=not args.quiet),
-                         log=lambda line: None)
+                                             interval_s=0.0, stamps=args.stamps, seed=3, progress=not args.quiet))
         spark = get_spark("skyfilter-bench-filter-scaling")
         with driver_and_kafka(spark, cluster) as memory:
             results: dict[tuple[str, int], list[dict]] = {(kind, count): [] for kind in kinds for count in counts}
@@ -101,7 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                         "--available-now", "--lane", "delivery", "--bootstrap", cfg.bootstrap_servers,
                         "--state-dir", str(args.state_dir),
                         "--set", f"stream.max_offsets_per_trigger={args.max_offsets}"]
-                totals = run_stream(stream_args(argv), spark, lambda line: None)
+                totals = run_stream(stream_args(argv), spark)
                 if repeat != "warm-up":
                     results[(kind, count)].append(measure(totals))
         rows = [row for kind in kinds for row in _rows(results, kind, counts, args)]

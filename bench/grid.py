@@ -63,7 +63,7 @@ def measure_cell(cfg, args, cached: Path, schema: dict, producers: int, partitio
     for _ in range(args.visits):
         topic = f"bench.grid.{time.time_ns()}"
         cfg = cfg.with_values({"topics.alerts_partitions": partitions})
-        report = send_source(cfg, topic, CachedSource(cached, 1), schema, 0.0, producers, False, lambda line: None,
+        report = send_source(cfg, topic, CachedSource(cached, 1), schema, 0.0, producers, False,
                              producer_settings)
         if report.failures:
             raise RuntimeError(f"{report.failures} alerts not produced: {report.visits[0].first_error}")

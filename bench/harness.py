@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -160,11 +161,13 @@ def bench_main(module: str, parse_args: Callable[[list[str] | None], argparse.Na
     """Parse, run, print the Markdown table and the result files; one error line and exit 2 on failure."""
     from bench.report import command_line
     from skyfilter.core.errors import SkyfilterError
+    from skyfilter.core.log import console_level
 
     args = parse_args(argv)
     args.command = command_line(module, argv)
     try:
-        paths = run(args)
+        with console_level(logging.WARNING):  # the stream's and producers' lines go to the log file only
+            paths = run(args)
     except SkyfilterError as exc:
         print(f"{module.rsplit('.', 1)[-1]}: error: {exc}", file=sys.stderr)
         return 2

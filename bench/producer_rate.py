@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
         with RssSampler({"kafka": kafka_pid(cluster)}) as memory:
             for index, (alerts, mode, alert_schema, source) in enumerate(runs):
                 report = send_source(cfg, f"bench.producer.{run_id}.{index}", source, alert_schema, 0.0, 1,
-                                     not args.quiet, lambda line: None)
+                                     not args.quiet)
                 visit = report.visits[0]
                 rows.append({"alerts": alerts, "mode": mode, "sent": visit.alerts,
                              "kb_per_alert": round(visit.bytes / max(visit.alerts, 1) / 1024, 1),

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
         schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
-        report = send_source(cfg, topic, CachedSource(cached), schema, 0.0, 2, not args.quiet, lambda line: None)
+        report = send_source(cfg, topic, CachedSource(cached), schema, 0.0, 2, not args.quiet)
         partitions = list(range(topic_partitions(cfg, topic)))
         split = [(partitions[i::args.consumers], None) for i in range(min(args.consumers, len(partitions)))]
         spark = get_spark("skyfilter-bench-side-by-side")
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
                     totals = run_stream(stream_args(["--topic", topic, "--name", name, "--filters-dir", str(filters),
                                                      "--brokers", str(brokers), "--available-now", "--lane", lane,
                                                      "--bootstrap", cfg.bootstrap_servers,
-                                                     "--state-dir", str(args.state_dir)]), spark, lambda line: None)
+                                                     "--state-dir", str(args.state_dir)]), spark)
                     figures = measure(totals) if lane == "delivery" else \
                         measure_archive(spark, args.state_dir / "delta" / name / "metrics")
                     seconds.append(figures["seconds"])

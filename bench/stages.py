@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     with bench_kafka(args.state_dir, args.bootstrap) as (cfg, cluster):
         schema = bench_schema(cfg)
         cached = cached_visits(args.state_dir / "cache", schema, 1, args.alerts, args.stamps, progress=not args.quiet)
-        report = send_source(cfg, topic, CachedSource(cached), schema, 0.0, 2, not args.quiet, lambda line: None)
+        report = send_source(cfg, topic, CachedSource(cached), schema, 0.0, 2, not args.quiet)
         spark = get_spark("skyfilter-bench-stages")
         scratch = args.state_dir / f"stages_{run_id}"
         def source(options: dict | None = None):

@@ -103,6 +103,7 @@ def start_stream(cfg: Config, spark, topic: str, name: str, filters_dir: Path, b
                  log_trigger: str | None = None) -> StreamRun:
     """Start the stream job on ``topic`` (schema already registered) and return once it runs; ``lane``: both
     lanes, or one (``--lane``); ``archive_trigger`` and ``log_trigger``: those of the archive's two queries."""
+    from skyfilter.core.log import captured
     from skyfilter.jobs.filter_stream import parse_args, run
 
     argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters_dir), "--brokers", str(brokers_file),
@@ -116,7 +117,9 @@ def start_stream(cfg: Config, spark, topic: str, name: str, filters_dir: Path, b
 
     def body() -> None:
         try:
-            run(parse_args(argv), spark, stream.lines.append)
+            with captured() as lines:  # what the stream says, read by the waiting side
+                stream.lines = lines
+                run(parse_args(argv), spark)
         except BaseException as exc:  # noqa: BLE001 - reported by the waiting side
             stream.error = exc
         stream.finished = True

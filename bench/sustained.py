@@ -94,7 +94,7 @@ def night(cfg, spark, args, schema: dict, alerts_per_visit: int, minutes: float,
     began = time.time()
     reports: list = []
     producer = threading.Thread(target=lambda: reports.append(send_source(
-        cfg, topic, CachedSource(cached, visits, schema), schema, interval, args.producers, False, lambda line: None)))
+        cfg, topic, CachedSource(cached, visits, schema), schema, interval, args.producers, False)))
     producer.start()
     try:
         producer.join()

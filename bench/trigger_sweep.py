@@ -86,13 +86,12 @@ def sweep_one(cfg, spark, args, cached: Path, schema: dict, trigger: str, run_id
         if args.warm_up:
             earlier = cached_visits(args.state_dir / "cache", schema, 1, args.alerts_per_visit, args.stamps,
                                     progress=False, night=EARLIER_NIGHT)
-            warm = send_source(cfg, topic, CachedSource(earlier, 1), schema, 0.0, args.producers, progress=False,
-                               log=lambda line: None).alerts
+            warm = send_source(cfg, topic, CachedSource(earlier, 1), schema, 0.0, args.producers, progress=False).alerts
             stream.wait_for_alerts(warm, timeout_s=900)
         kafka = kafka_node()
         cpu_before, measured_from = cpu_now(os.getpid(), kafka), time.time()
         report = send_source(cfg, topic, CachedSource(cached, args.visits), schema, args.visit_seconds,
-                             args.producers, progress=not args.quiet, log=lambda line: None)
+                             args.producers, progress=not args.quiet)
         stream.wait_for_alerts(report.alerts + warm, timeout_s=3600)
         cpu = cpu_used(cpu_before, cpu_now(os.getpid(), kafka)) | {"window": round(time.time() - measured_from, 1)}
     finally:

@@ -131,8 +131,7 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
     filters, brokers_file, brokers = write_broker_load(
         args.state_dir / "filter_sets" / "user_path", args.filters, args.python_filters, args.brokers, 20, 4,
         args.cuts)
-    send_source(cfg, topic, CachedSource(cached, args.backlog_visits, schema), schema, 0.0, 1, False,
-                lambda line: None)
+    send_source(cfg, topic, CachedSource(cached, args.backlog_visits, schema), schema, 0.0, 1, False)
     argv = ["--topic", topic, "--name", name, "--filters-dir", str(filters), "--brokers", str(brokers_file),
             "--trigger", args.trigger, "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir)]
     on_cluster = CLUSTER_SETTING in settings
@@ -161,7 +160,7 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
         sent: list = []
         sender = threading.Thread(target=lambda: sent.append(send_source(
             cfg, topic, CachedSource(cached, max(1, round(args.seconds)), schema), schema, 1.0, args.producers,
-            progress=not args.quiet, log=lambda line: None, spread_s=SPREAD_S)), daemon=True)
+            progress=not args.quiet, spread_s=SPREAD_S)), daemon=True)
         sender.start()
         if args.restart_at:
             time.sleep(args.restart_at)

@@ -93,12 +93,12 @@ def burst(cfg, spark, args, cached: Path, schema: dict, run_id: str, index: int,
         if args.warm_up:
             earlier = cached_visits(args.state_dir / "cache", schema, 1, args.warm_up, args.stamps, progress=False,
                                     night=EARLIER_NIGHT)
-            warm = send_source(cfg, topic, CachedSource(earlier, 1), schema, 0.0, 1, False, lambda line: None).alerts
+            warm = send_source(cfg, topic, CachedSource(earlier, 1), schema, 0.0, 1, False).alerts
             stream.wait_for_alerts(warm, timeout_s=600)
             time.sleep(2)
         said_before = len(stream.lines)
         report = send_source(cfg, topic, CachedSource(cached, 1), schema, 0.0, args.producers,
-                             progress=not args.quiet, log=lambda line: None)
+                             progress=not args.quiet)
         if report.failures:
             raise RuntimeError(f"{report.failures} alerts were not produced: {report.visits[0].first_error}")
         stream.wait_for_alerts(report.alerts + warm, timeout_s=900)

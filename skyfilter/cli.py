@@ -12,6 +12,7 @@ import sys
 
 from skyfilter.commands import bench, consume, demo, filters, kafka, produce, registry, spark, status, watch
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.log import log_to_console
 
 DESCRIPTION = """skyfilter: the streaming filter stage of an astronomical alert stream.
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `skyfilter` console script."""
     args = build_parser().parse_args(argv)
+    log_to_console()
     try:
         return args.run(args)
     except SkyfilterError as exc:

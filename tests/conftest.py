@@ -14,7 +14,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import fastavro
 import psutil
@@ -24,10 +26,12 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 
 from skyfilter.core.config import Config
+from skyfilter.core.log import captured
 from skyfilter.local.kafka import LocalKafka, free_port_pair
 from skyfilter.schemas.avro import rubin_schema
 from skyfilter.schemas.wire import unframe
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 # The Spark driver JVMs a test starts (spark-submit's, a stream job's and its archive process) live seconds to a
 # minute: they compile with the JVM's first tier only, whose work on 2 cores was CPU the suite waited for
@@ -151,6 +155,17 @@ def stream_args(cfg: Config, topic: str, filters_dir: Path, brokers: Path, name:
     if name:
         argv += ["--name", name]
     return parse_args(argv + (extra or []))
+
+
+def saying(lines: list[str]):
+    """A block inside which what skyfilter logs (any thread) is appended to ``lines``."""
+    return captured(lines)
+
+
+def run_saying(lines: list[str], work: Callable[[], T]) -> T:
+    """``work()``, with what skyfilter logs meanwhile (any thread) appended to ``lines``."""
+    with captured(lines):
+        return work()
 
 
 def decode_messages(messages, schema: dict) -> list[dict]:

@@ -68,7 +68,7 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
     write_files(tmp_path / "filters", {"some.sql": "diaSource.snr > 10"})
     (tmp_path / "brokers.yaml").write_text(f"max_alerts_per_visit: null\nbrokers:\n  {broker}:\n    filters: [some]\n")
     produce(kafka_cfg, ProduceOptions(topic=topic, visits=1, alerts_per_visit=5, interval_s=0.0, stamps=False,
-                                      seed=40, night="2026-11-08", progress=False), log=lambda line: None)
+                                      seed=40, night="2026-11-08", progress=False))
     delivery = Job(kafka_cfg, tmp_path, topic, "delivery", "--trigger", "0")
     archive = Job(kafka_cfg, tmp_path, topic, "archive", "--archive-trigger", "1s", "--set", f"archive.writer={writer}")
     delivery.wait_for("batch 0: ")
@@ -78,7 +78,7 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
     produced: list = []
     producer = threading.Thread(target=lambda: produced.append(produce(kafka_cfg, ProduceOptions(
         topic=topic, visits=10, alerts_per_visit=20, interval_s=2.5, stamps=True, seed=41, night="2026-11-09",
-        progress=False), log=lambda line: None)))
+        progress=False))))
     began = time.time()
     producer.start()
     try:
@@ -103,9 +103,8 @@ def test_killing_the_archive_lane_never_pauses_delivery_and_the_archive_ends_exa
         for job in (delivery, archive):
             if job.process.poll() is None:
                 job.kill()
-    run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml",
-                    extra=["--lane", "archive", "--set", f"archive.writer={writer}"]), spark,
-        lambda line: None)  # the archive catches up, once
+    run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml",  # the archive catches up, once
+                    extra=["--lane", "archive", "--set", f"archive.writer={writer}"]), spark)
 
     records = decode_messages(read_topic(kafka_cfg, topic), rubin_schema("10.0"))
     expected = {str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 10}
@@ -139,7 +138,7 @@ def test_a_full_disk_under_the_archive_leaves_delivery_alone_and_loses_nothing_w
     write_files(tmp_path / "filters", {"some.sql": "diaSource.snr > 10"})
     (tmp_path / "brokers.yaml").write_text(f"max_alerts_per_visit: null\nbrokers:\n  {broker}:\n    filters: [some]\n")
     produce(kafka_cfg, ProduceOptions(topic=topic, visits=1, alerts_per_visit=5, interval_s=0.0, stamps=False,
-                                      seed=50, night="2026-11-10", progress=False), log=lambda line: None)
+                                      seed=50, night="2026-11-10", progress=False))
     delivery = Job(kafka_cfg, tmp_path, topic, "delivery", "--trigger", "0")
     archive = Job(kafka_cfg, tmp_path, topic, "archive", "--archive-trigger", "1s", "--set", "archive.writer=delta-rs")
     try:
@@ -150,8 +149,7 @@ def test_a_full_disk_under_the_archive_leaves_delivery_alone_and_loses_nothing_w
         writer.rlimit(psutil.RLIMIT_FSIZE, (32 * 1024, psutil.RLIM_INFINITY))  # the disk is full from now on
         full_from = time.time()
         night = produce(kafka_cfg, ProduceOptions(topic=topic, visits=4, alerts_per_visit=20, interval_s=2.0,
-                                                  stamps=True, seed=51, night="2026-11-11", progress=False),
-                        log=lambda line: None)
+                                                  stamps=True, seed=51, night="2026-11-11", progress=False))
         said = archive.wait_for("the disk under the tables is full", 60)
         records = decode_messages(read_topic(kafka_cfg, topic), rubin_schema("10.0"))
         expected = {str(r["diaSourceId"]) for r in records if r["diaSource"]["snr"] > 10}

@@ -96,8 +96,7 @@ def test_the_night_is_the_one_spark_computes(spark):
 
 def test_each_message_is_archived_once_across_restarts_and_spark_reads_the_table(kafka_cfg, spark, tmp_path):
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=15, interval_s=0, stamps=True,
-                                      seed=71, night="2026-11-20", schema_version="10.0", progress=False),
-            log=lambda line: None)
+                                      seed=71, night="2026-11-20", schema_version="10.0", progress=False))
     from skyfilter.filtering.input_schemas import registered_writers
 
     writers = registered_writers(kafka_cfg, TOPIC)
@@ -108,7 +107,7 @@ def test_each_message_is_archived_once_across_restarts_and_spark_reads_the_table
     columns = detect(json.loads(next(iter(writers.values()))))
 
     def drain() -> AlertsWriter:
-        writer = AlertsWriter(kafka_cfg, settings, columns, lambda: writers, log=lambda line: None)
+        writer = AlertsWriter(kafka_cfg, settings, columns, lambda: writers)
         writer.resume()
         writer.run(lambda: True, available_now=True)
         writer.close()
@@ -118,7 +117,7 @@ def test_each_message_is_archived_once_across_restarts_and_spark_reads_the_table
     assert first.batches >= 3, "batches of at most max_alerts messages"
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=12, interval_s=0, stamps=True,
                                       seed=72, night="2026-11-20", first_visit=3, schema_version="10.0",
-                                      progress=False), log=lambda line: None)
+                                      progress=False))
     drain()  # a restart: resumes from the offsets its commits hold
     assert drain().batches == 0, "nothing left: a third start reads nothing again"
 

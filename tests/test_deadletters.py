@@ -15,7 +15,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from conftest import DATA, ROOT, decode_messages, stream_args, write_files
+from conftest import DATA, ROOT, decode_messages, saying, stream_args, write_files
 from skyfilter.jobs.filter_stream import run
 from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
@@ -29,7 +29,7 @@ MAX_BYTES = 200_000
 
 def _good(cfg, night: str, seed: int):
     return produce(cfg, ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=20, interval_s=0.0, stamps=False,
-                                       seed=seed, night=night, progress=False), log=lambda line: None)
+                                       seed=seed, night=night, progress=False))
 
 
 def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, spark, tmp_path, registry_url):
@@ -61,8 +61,9 @@ def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, sp
     (tmp_path / "brokers.yaml").write_text("brokers:\n  dl_all:\n    filters: [everything]\n"
                                            "    max_alerts_per_visit: null\n")
     lines: list[str] = []
-    totals = run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
-                             extra=["--set", f"stream.max_alert_bytes={MAX_BYTES}"]), spark, lines.append)
+    with saying(lines):
+        totals = run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
+                                 extra=["--set", f"stream.max_alert_bytes={MAX_BYTES}"]), spark)
     # The archive (the default writer, delta-rs) reads each message's leading fields only: a body cut after them
     # is archived as it came, its bytes being what the archive keeps; delivery's dead letters still name it.
     archived_as_sent = {b"truncated"}
@@ -115,8 +116,9 @@ def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, sp
     open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), same_alerts=True,
                                       schema_id=987654)
     again: list[str] = []
-    second = run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
-                             extra=["--set", f"stream.max_alert_bytes={MAX_BYTES}"]), spark, again.append)
+    with saying(again):
+        second = run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
+                                 extra=["--set", f"stream.max_alert_bytes={MAX_BYTES}"]), spark)
     assert f"re-drove 1 dead letter(s) of schema id(s) 987654 to '{TOPIC}': the stream reads them now" in again
     assert second.input_alerts == 1 and second.rejected == 0
     redriven = [m for m in read_topic(kafka_cfg, TOPIC) if "redriven_from" in m.headers]
@@ -125,6 +127,7 @@ def test_bad_messages_become_dead_letters_and_good_ones_all_arrive(kafka_cfg, sp
     redelivered = [m for m in read_topic(kafka_cfg, "filtered.dl_all") if m.key == b"unknown-id"]
     assert len(redelivered) == 1
     third: list[str] = []
-    assert run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml"), spark,
-               third.append).input_alerts == 0
+    with saying(third):
+        third_run = run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml"), spark)
+    assert third_run.input_alerts == 0
     assert not any(line.startswith("re-drove") for line in third), "a letter is re-driven once"

@@ -56,10 +56,8 @@ def encoded(kafka_cfg, spark, tmp_path_factory):
     folder = stream_folder(tmp_path_factory.mktemp("encodings"),
                            {"bright.sql": "diaSource.snr > 20", "snr10.sql": LITE_SQL}, BROKERS)
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=20, interval_s=0, stamps=True, seed=61,
-                                      night="2026-11-21", schema_version="10.0", progress=False),
-            log=lambda line: None)
-    totals = run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml"), spark,
-                 lambda line: None)
+                                      night="2026-11-21", schema_version="10.0", progress=False))
+    totals = run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml"), spark)
     assert totals.input_alerts == 40 and totals.rejected == 0
     inputs = read_topic(kafka_cfg, TOPIC)
     records = {str(r["diaSourceId"]): r for r in decode_messages(inputs, rubin_schema("10.0"))}

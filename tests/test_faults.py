@@ -13,7 +13,16 @@ import time
 import pytest
 from confluent_kafka.admin import ConfigResource
 
-from conftest import ROOT, decode_messages, fault_row, kafka_status_ports, listening_ports, stream_args, write_files
+from conftest import (
+    ROOT,
+    decode_messages,
+    fault_row,
+    kafka_status_ports,
+    listening_ports,
+    saying,
+    stream_args,
+    write_files,
+)
 from skyfilter.core.config import Config
 from skyfilter.jobs.filter_stream import run
 from skyfilter.kafka.read_back import read_topic
@@ -58,7 +67,7 @@ def _produce_in_background(cfg: Config, topic: str, visits: int, per_visit: int,
     reports: list = []
     thread = threading.Thread(target=lambda: reports.append(produce(cfg, ProduceOptions(
         topic=topic, visits=visits, alerts_per_visit=per_visit, interval_s=interval_s, stamps=True,
-        seed=first_visit, night="2026-11-19", first_visit=first_visit, progress=False), log=lambda line: None)))
+        seed=first_visit, night="2026-11-19", first_visit=first_visit, progress=False))))
     thread.start()
     return thread, reports
 
@@ -69,12 +78,13 @@ def _stream_in_background(cfg: Config, spark, topic: str, folder, idle_s: float)
 
     def work():
         try:
-            result["totals"] = run(stream_args(cfg, topic, folder / "filters", folder / "brokers.yaml",
-                                               extra=["--trigger", "1s", "--stop-when-idle", str(idle_s),
-                                                      "--starting-offsets", "earliest",
-                                                      "--set", "stream.max_offsets_per_trigger=40",
-                                                      "--set", "kafka.connect_wait_s=120"]),
-                                   spark, lines.append)
+            with saying(lines):
+                result["totals"] = run(stream_args(cfg, topic, folder / "filters", folder / "brokers.yaml",
+                                                   extra=["--trigger", "1s", "--stop-when-idle", str(idle_s),
+                                                          "--starting-offsets", "earliest",
+                                                          "--set", "stream.max_offsets_per_trigger=40",
+                                                          "--set", "kafka.connect_wait_s=120"]),
+                                       spark)
         except Exception as exc:  # noqa: BLE001 - reported by the test
             result["error"] = exc
 

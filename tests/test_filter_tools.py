@@ -90,8 +90,8 @@ def test_filters_test_on_an_archived_night_times_python_alert_by_alert(kafka_cfg
                                                       "def negative(flux, snr):\n    return flux < 0\n"})
     (tmp_path / "brokers.yaml").write_text("brokers:\n  trial_b:\n    filters: [negative]\n")
     produce(kafka_cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=30, interval_s=0.0, stamps=False,
-                                      seed=5, night=night, progress=False), log=lambda line: None)
-    run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml"), spark, lambda line: None)
+                                      seed=5, night=night, progress=False))
+    run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml"), spark)
     records = decode_messages(read_topic(kafka_cfg, topic), rubin_schema("10.0"))
     expected = {str(r["diaSourceId"]) for r in records if r["diaSource"]["psfFlux"] < 0}
     capsys.readouterr()

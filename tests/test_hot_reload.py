@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from conftest import ARCHIVE_IN_THE_DRIVER, decode_messages, stream_args, write_files
+from conftest import ARCHIVE_IN_THE_DRIVER, decode_messages, run_saying, stream_args, write_files
 from skyfilter.jobs.filter_stream import run
 from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
@@ -19,7 +19,7 @@ BROKERS_AFTER = BROKERS + "  r_new:\n    filters: [bright]\n    format: nocutout
 
 def _produce(cfg, night: str, seed: int) -> None:
     produce(cfg, ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=25, interval_s=0.0, stamps=False,
-                                seed=seed, night=night, progress=False), log=lambda line: None)
+                                seed=seed, night=night, progress=False))
 
 
 def _wait_for(lines: list[str], predicate, timeout: float = 120) -> None:
@@ -46,7 +46,7 @@ def test_filters_and_brokers_change_while_the_stream_runs(kafka_cfg, spark, tmp_
                                                                   *ARCHIVE_IN_THE_DRIVER])
     result = {}
     _produce(kafka_cfg, "2026-11-01", 1)
-    stream = threading.Thread(target=lambda: result.setdefault("totals", run(args, spark, lines.append)))
+    stream = threading.Thread(target=lambda: result.setdefault("totals", run_saying(lines, lambda: run(args, spark))))
     stream.start()
     _wait_for(lines, lambda ls: _archived(ls) >= 25)
 
@@ -78,9 +78,9 @@ def test_filters_and_brokers_change_while_the_stream_runs(kafka_cfg, spark, tmp_
 
     # A stream under a new name on this topic starts from its end: nothing is delivered twice
     again: list[str] = []
-    later = threading.Thread(target=lambda: result.setdefault("again", run(stream_args(
+    later = threading.Thread(target=lambda: result.setdefault("again", run_saying(again, lambda: run(stream_args(
         kafka_cfg, TOPIC, filters, brokers, name="hr_again", extra=["--trigger", "1s", "--stop-when-idle", "8",
-                                                                    "--lane", "delivery"]), spark, again.append)))
+                                                                    "--lane", "delivery"]), spark))))
     later.start()
     _wait_for(again, lambda ls: any(line.startswith("stream 'hr_again' running") for line in ls))
     time.sleep(10)  # longer than --stop-when-idle before the night's first alert: the idle clock has not started

@@ -72,7 +72,7 @@ def test_archive_is_exact_after_three_sigkills(kafka_cfg, spark, tmp_path, fault
     produced = []
     producer = threading.Thread(target=lambda: produced.append(produce(kafka_cfg, ProduceOptions(
         topic=TOPIC, visits=VISITS, alerts_per_visit=30, interval_s=2.0, stamps=True, seed=21, night="2026-11-12",
-        progress=False), log=lambda line: None)))
+        progress=False))))
     producer.start()
 
     checkpoint = kafka_cfg.checkpoint_dir / TOPIC / "delivery"
@@ -93,13 +93,13 @@ def test_archive_is_exact_after_three_sigkills(kafka_cfg, spark, tmp_path, fault
     producer.join(300)
     late = produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=LATE_VISITS, alerts_per_visit=30, interval_s=0.0,
                                              stamps=True, seed=22, night="2026-11-12", first_visit=VISITS + 1,
-                                             progress=False), log=lambda line: None)
+                                             progress=False))
     wait_until_in_batch(checkpoint, process)
     mid_batch.append(kill_job(process, checkpoint))
     assert any(mid_batch), "at least one kill must interrupt a batch for this test to mean anything"
 
     assert produced and produced[0].alerts + late.alerts == PRODUCED and produced[0].failures == late.failures == 0
-    run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml"), spark, lambda line: None)
+    run(stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml"), spark)
     tables = table_paths(kafka_cfg, TOPIC)
     alerts = spark.read.format("delta").load(str(tables["alerts"]))
     assert alerts.count() == PRODUCED == alerts.select("alert_id").distinct().count(), "every alert exactly once"

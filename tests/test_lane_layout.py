@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, saying
 from skyfilter.archive.process import ArchiveProcess
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
@@ -132,13 +132,14 @@ def test_a_stopped_archive_process_always_ends_with_what_was_delivered_archived(
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     lines: list[str] = []
-    child = ArchiveProcess([], nice=0, totals=StreamTotals(), errors_to=tmp_path / "errors.log", log=lines.append)
+    child = ArchiveProcess([], nice=0, totals=StreamTotals(), errors_to=tmp_path / "errors.log")
     child.command = [sys.executable, str(script), how]
-    child.start()
-    assert child.wait_until_running(30)
-    if how == "--dies":
-        child.process.wait(10)
-    assert child.stop(30) == 0
+    with saying(lines):
+        child.start()
+        assert child.wait_until_running(30)
+        if how == "--dies":
+            child.process.wait(10)
+        assert child.stop(30) == 0
     assert child.totals.archived == archived, lines
     assert any("catching up with a one-shot run" in line for line in lines) == (how != "--drains"), lines
 
@@ -157,12 +158,13 @@ def test_the_archive_process_yields_the_cores_to_delivery_across_sessions(tmp_pa
     script = tmp_path / "child.py"
     script.write_text(PRIORITY_CHILD)
     lines: list[str] = []
-    child = ArchiveProcess([], nice=10, totals=StreamTotals(), errors_to=tmp_path / "errors.log", log=lines.append)
+    child = ArchiveProcess([], nice=10, totals=StreamTotals(), errors_to=tmp_path / "errors.log")
     child.command = [sys.executable, str(script)]
-    child.start()
-    assert child.process.wait(30) == 0
-    for relay in child.relays:
-        relay.join(10)
+    with saying(lines):
+        child.start()
+        assert child.process.wait(30) == 0
+        for relay in child.relays:
+            relay.join(10)
     said = next(line for line in lines if line.startswith("nice "))
     assert said.startswith(f"nice {min(os.nice(0) + 10, 19)};"), said
     if os.path.exists("/proc/self/autogroup"):

@@ -110,7 +110,7 @@ def test_a_drain_ends_when_a_log_partition_holds_nothing(kafka_cfg, tmp_path):
     producer.flush(10)
     for topic, batches in ((empty, 0), (half, 1)):
         tables = {t.name: tmp_path / topic / t.name for t in LOG_TABLES}
-        writer = LogWriter(kafka_cfg, f"drain-{batches}", topic, tables, 0.2, 100, log=lambda line: None)
+        writer = LogWriter(kafka_cfg, f"drain-{batches}", topic, tables, 0.2, 100)
         writer.resume()
         began = time.monotonic()
         assert writer.run(lambda deadline=began + 60: time.monotonic() < deadline, available_now=True) == batches

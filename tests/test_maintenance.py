@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import stream_args, write_files
+from conftest import saying, stream_args, write_files
 from skyfilter.jobs import maintain
 from skyfilter.jobs.filter_stream import run
 from skyfilter.plan.tables import table_paths
@@ -24,19 +24,20 @@ def test_maintenance_compacts_small_files_and_keeps_the_data(kafka_cfg, spark, t
     write_files(tmp_path / "filters", {"any.sql": "diaSource.snr > 10"})
     (tmp_path / "brokers.yaml").write_text("max_alerts_per_visit: null\nbrokers:\n  maint_b:\n    filters: [any]\n")
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=30, interval_s=0.0, stamps=False,
-                                      seed=5, night="2026-11-10", progress=False), log=lambda line: None)
+                                      seed=5, night="2026-11-10", progress=False))
     args = stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
                        extra=["--set", "stream.max_offsets_per_trigger=20",
                               "--set", "archive.max_offsets_per_trigger=20"])
-    totals = run(args, spark, lambda line: None)
+    totals = run(args, spark)
     assert totals.batches >= 3
     tables = table_paths(kafka_cfg, TOPIC)
     before = {t: snapshot(spark, tables[t]) for t in ("alerts", "matches")}
     disk_before = files_on_disk(tables["alerts"])
     lines: list[str] = []
-    report = maintain.run(maintain.parse_args(["--name", TOPIC, "--state-dir", str(kafka_cfg.state_dir),
-                                               "--vacuum-hours", "0", "--set", "maintenance.tables=[alerts,matches]"]),
-                          spark, lines.append)
+    with saying(lines):
+        report = maintain.run(maintain.parse_args(
+            ["--name", TOPIC, "--state-dir", str(kafka_cfg.state_dir), "--vacuum-hours", "0",
+             "--set", "maintenance.tables=[alerts,matches]"]), spark)
     assert report["alerts"]["nights"] == ["2026-11-10"]
     assert report["alerts"]["files_before"] >= 3 and report["alerts"]["files_after"] == 1
     assert files_on_disk(tables["alerts"]) < disk_before

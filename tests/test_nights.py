@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 from pyspark.sql import functions as F
 
-from conftest import ARCHIVE_IN_THE_DRIVER, NEGATIVE_PY, stream_args, stream_folder, write_files
+from conftest import ARCHIVE_IN_THE_DRIVER, NEGATIVE_PY, saying, stream_args, stream_folder, write_files
 from skyfilter.archive.layout import archived_schema, with_cutouts
 from skyfilter.archive.night_reader import NightSelection, read_alerts
 from skyfilter.jobs import replay_night
@@ -37,9 +37,8 @@ def replay_args(cfg, *extra: str):
 def night(kafka_cfg, spark, tmp_path_factory):
     folder = stream_folder(tmp_path_factory.mktemp("night"), FILTERS, BROKERS)
     report = produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=3, alerts_per_visit=25, interval_s=3.0,
-                                               stamps=True, seed=11, night=NIGHT, progress=False),
-                     log=lambda line: None)
-    run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml"), spark, lambda line: None)
+                                               stamps=True, seed=11, night=NIGHT, progress=False))
+    run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml"), spark)
     originals = read_topic(kafka_cfg, TOPIC)
     return {"report": report, "folder": folder, "originals": originals, "tables": table_paths(kafka_cfg, TOPIC)}
 
@@ -60,8 +59,7 @@ def test_alerts_are_stored_once_with_their_message_and_the_images_decode_from_it
 
 
 def test_replay_to_a_new_topic_is_byte_identical_in_order_with_scaled_gaps(kafka_cfg, spark, night):
-    result = replay_night.run(replay_args(kafka_cfg, "--to-topic", "night.replay", "--speed", "10"), spark,
-                              lambda line: None)
+    result = replay_night.run(replay_args(kafka_cfg, "--to-topic", "night.replay", "--speed", "10"), spark)
     assert result == {"alerts": 75, "visits": 3, "elapsed": result["elapsed"]}
     replayed = read_topic(kafka_cfg, "night.replay")
     originals = night["originals"]
@@ -88,18 +86,16 @@ def test_replay_to_a_new_topic_is_byte_identical_in_order_with_scaled_gaps(kafka
 
 
 def test_replayed_topic_runs_through_the_stream_unchanged(kafka_cfg, spark, night):
-    replay_night.run(replay_args(kafka_cfg, "--to-topic", "night.replay2", "--visits", "2-3"), spark,
-                     lambda line: None)
+    replay_night.run(replay_args(kafka_cfg, "--to-topic", "night.replay2", "--visits", "2-3"), spark)
     folder = night["folder"]
-    totals = run(stream_args(kafka_cfg, "night.replay2", folder / "filters", folder / "brokers.yaml"), spark,
-                 lambda line: None)
+    totals = run(stream_args(kafka_cfg, "night.replay2", folder / "filters", folder / "brokers.yaml"), spark)
     assert totals.input_alerts == 50 and totals.rejected == 0
 
 
 def test_refiltering_a_night_yields_exactly_the_stream_matches(kafka_cfg, spark, night):
     folder = night["folder"]
     result = replay_night.run(replay_args(kafka_cfg, "--filters-dir", str(folder / "filters"), "--brokers",
-                                          str(folder / "brokers.yaml")), spark, lambda line: None)
+                                          str(folder / "brokers.yaml")), spark)
     assert result["alerts"] == 75
     columns = ["alert_id", "broker", F.array_join("filters", ",").alias("filters")]
     streamed = spark.read.format("delta").load(str(night["tables"]["matches"])).where(F.col("night") == NIGHT)
@@ -110,7 +106,8 @@ def test_refiltering_a_night_yields_exactly_the_stream_matches(kafka_cfg, spark,
     assert {b: n for b, n in result["by_broker"].items() if n} == per_broker
 
     lines: list[str] = []
-    shown = replay_night.run(replay_args(kafka_cfg, "--show-matches", "--limit", "3"), spark, lines.append)
+    with saying(lines):
+        shown = replay_night.run(replay_args(kafka_cfg, "--show-matches", "--limit", "3"), spark)
     assert shown["by_broker"] == per_broker and shown["matches"] == len(expected)
     assert [line for line in lines if line.startswith("  broker ")] == [
         f"  broker {b}: {n} alerts" for b, n in sorted(per_broker.items())]
@@ -125,10 +122,9 @@ def test_time_travel_returns_the_archive_as_it_was(kafka_cfg, spark, night):
     last_commit = DeltaTable.forPath(spark, path).history(1).first()
     before, committed_at = last_commit.version, last_commit.timestamp
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=10, interval_s=0.0, stamps=False,
-                                      seed=12, night=NIGHT, progress=False, first_visit=4),
-            log=lambda line: None)
+                                      seed=12, night=NIGHT, progress=False, first_visit=4))
     folder = night["folder"]
-    run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml"), spark, lambda line: None)
+    run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml"), spark)
     tables = night["tables"]
     assert read_alerts(spark, tables, NightSelection(NIGHT)).count() == 85
     assert read_alerts(spark, tables, NightSelection(NIGHT, as_of_version=before)).count() == 75
@@ -145,9 +141,9 @@ def test_nightly_topic_holds_the_night_and_replay_recreates_it(kafka_cfg, spark,
     (tmp_path / "brokers.yaml").write_text("max_alerts_per_visit: null\n"
                                            "brokers:\n  nightly_b:\n    filters: [bright]\n")
     produce(kafka_cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=15, interval_s=0.0, stamps=False,
-                                      seed=3, night=night, progress=False), log=lambda line: None)
+                                      seed=3, night=night, progress=False))
     run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml",
-                    extra=["--set", "stream.nightly_topics.enabled=true"]), spark, lambda line: None)
+                    extra=["--set", "stream.nightly_topics.enabled=true"]), spark)
 
     def by_partition(messages):
         grouped = defaultdict(list)
@@ -166,7 +162,7 @@ def test_nightly_topic_holds_the_night_and_replay_recreates_it(kafka_cfg, spark,
         time.sleep(0.2)
     replay_night.run(replay_night.parse_args(
         ["--night", night, "--name", topic, "--to-topic", nightly, "--bootstrap", kafka_cfg.bootstrap_servers,
-         "--state-dir", str(kafka_cfg.state_dir), "--no-progress"]), spark, lambda line: None)
+         "--state-dir", str(kafka_cfg.state_dir), "--no-progress"]), spark)
     assert by_partition(read_topic(kafka_cfg, nightly)) == originals
 
 
@@ -176,12 +172,11 @@ def test_same_night_through_two_triggers_gives_a_latency_throughput_table(kafka_
     folder = night["folder"]
     for trigger in ("0", "2s"):
         topic = f"night.trigger{trigger}"
-        replay_night.run(replay_args(kafka_cfg, "--to-topic", topic, "--visits", "1-3", "--speed", "5"), spark,
-                         lambda line: None)
+        replay_night.run(replay_args(kafka_cfg, "--to-topic", topic, "--visits", "1-3", "--speed", "5"), spark)
         run(stream_args(kafka_cfg, topic, folder / "filters", folder / "brokers.yaml",
                         extra=["--trigger", trigger, "--stop-when-idle", "3", "--starting-offsets", "earliest",
                                *ARCHIVE_IN_THE_DRIVER]),
-            spark, lambda line: None)
+            spark)
     rows = {row["stream"]: row for row in trigger_rows(spark, kafka_cfg, ["night.trigger0", "night.trigger2s"])}
     assert rows["night.trigger0"]["trigger"] == "0s" and rows["night.trigger2s"]["trigger"] == "2s"
     for row in rows.values():

@@ -36,9 +36,8 @@ SQL_BROKERS, PYTHON_BROKERS = ("red_reliable", "summaries"), ("transients", "gal
 
 @pytest.mark.slow
 def test_prometheus_sees_both_lanes_move_while_alerts_flow_and_the_down_rule_fires(kafka_cfg, tmp_path):
-    quiet = lambda line: None  # noqa: E731
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=40, interval_s=0.0, stamps=False,
-                                      progress=False, first_visit=1), log=quiet)  # a topic holding alerts already
+                                      progress=False, first_visit=1))  # a topic holding alerts already
     folder = tmp_path / "stream"
     (folder / "filters").mkdir(parents=True)
     for path in (ROOT / "filters").iterdir():
@@ -55,7 +54,7 @@ def test_prometheus_sees_both_lanes_move_while_alerts_flow_and_the_down_rule_fir
                                                            "skyfilter-archive": [f"127.0.0.1:{archive_port}"]})
     flowing = threading.Thread(target=produce, args=(kafka_cfg, ProduceOptions(
         topic=TOPIC, visits=4, alerts_per_visit=60, interval_s=2.0, stamps=False, progress=False, first_visit=2)),
-        kwargs={"log": quiet}, daemon=True)
+        daemon=True)
     try:
         assert any("split" in line or "realtime" in line for line in lines), "\n".join(lines)
         flowing.start()

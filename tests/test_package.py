@@ -67,3 +67,61 @@ def test_the_scripts_are_thin_entry_points():
         code = [line for line in script.read_text().split('"""')[-1].splitlines() if line.strip()]
         assert len(code) <= 5 and "sys.path" not in script.read_text(), script
     assert not list(Path(ROOT / "pipelines").glob("__init__.py"))
+
+
+def test_every_module_says_what_it_does_through_logging_not_a_log_parameter():
+    """No ``log=print`` threading: each module logs to its logger under ``skyfilter``; a module that also runs as
+    ``__main__`` (``python -m``, the demo's ``spark-submit <module file>``) names its logger, so its lines still
+    reach the console ``log_to_console`` set up."""
+    offenders, unnamed = [], []
+    for path in sorted((ROOT / "skyfilter").rglob("*.py")):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                arguments = [*node.args.args, *node.args.kwonlyargs]
+                defaults = dict(zip([a.arg for a in arguments][::-1], [*node.args.defaults[::-1],
+                                                                       *node.args.kw_defaults[::-1]], strict=False))
+                if "log" in [a.arg for a in arguments] or isinstance(defaults.get("log"), ast.Name):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+        if '__name__ == "__main__"' in text and "getLogger(__name__)" in text:
+            unnamed.append(str(path.relative_to(ROOT)))
+    assert not offenders, f"a log parameter: {offenders}"
+    assert not unnamed, f"runs as __main__ but logs as __main__ (its lines would go nowhere): {unnamed}"
+
+
+def test_log_lines_reach_the_console_as_they_are_and_the_log_file_with_time_level_and_module(tmp_path, capsys):
+    import logging
+    import threading
+
+    from skyfilter.core.log import ROOT_LOGGER, captured, console_level, console_prefix, log_to_console
+
+    root = logging.getLogger(ROOT_LOGGER)
+    before = list(root.handlers), root.propagate
+    try:
+        log_to_console(tmp_path / "run.log")
+        log_to_console(tmp_path / "other.log")  # once is enough: nothing doubles
+        job = logging.getLogger("skyfilter.jobs.example")
+        with captured() as lines:
+            job.info("stream 'night' running: realtime")
+            worker = threading.Thread(target=lambda: job.warning("filter 'x' quarantined"))
+            worker.start()
+            worker.join()
+            with console_prefix("    "):
+                job.info("visit 1/2: 10 alerts")
+            with console_level(logging.WARNING):
+                job.info("only in the file")
+        for handler in root.handlers:
+            handler.flush()
+    finally:
+        for handler in [h for h in root.handlers if h not in before[0]]:
+            root.removeHandler(handler)
+            handler.close()
+        root.propagate = before[1]
+    assert capsys.readouterr().out.splitlines() == ["stream 'night' running: realtime", "filter 'x' quarantined",
+                                                    "    visit 1/2: 10 alerts"]
+    assert lines == ["stream 'night' running: realtime", "filter 'x' quarantined", "visit 1/2: 10 alerts",
+                     "only in the file"], "every thread's lines, as said"
+    written = (tmp_path / "run.log").read_text().splitlines()
+    assert len(written) == 4 and not (tmp_path / "other.log").exists()
+    assert written[1].endswith(" WARNING skyfilter.jobs.example: filter 'x' quarantined"), written[1]
+    assert written[3].endswith(" INFO skyfilter.jobs.example: only in the file")

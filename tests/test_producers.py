@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from conftest import saying
 from skyfilter.kafka.read_back import read_topic
 from skyfilter.kafka.topics import topic_partitions
 from skyfilter.producers.command import ProduceOptions, produce, send_source
@@ -12,9 +13,9 @@ from skyfilter.schemas.wire import unframe
 
 def test_parallel_producers_keep_the_visit_cadence_and_lose_nothing(kafka_cfg):
     lines: list[str] = []
-    report = produce(kafka_cfg, ProduceOptions(topic="prod.alerts", visits=3, alerts_per_visit=40, interval_s=2.0,
-                                               processes=2, stamps=False, night="2026-11-17", progress=False),
-                     log=lines.append)
+    with saying(lines):
+        report = produce(kafka_cfg, ProduceOptions(topic="prod.alerts", visits=3, alerts_per_visit=40, interval_s=2.0,
+                                                   processes=2, stamps=False, night="2026-11-17", progress=False))
     assert report.alerts == 120 and report.failures == 0 and report.processes == 2
     starts = [visit.start for visit in report.visits]
     for earlier, later in zip(starts, starts[1:], strict=False):
@@ -31,8 +32,7 @@ def test_visits_serialized_ahead_start_on_the_cadence_after_every_process_is_rea
     schema = rubin_schema(kafka_cfg.simulation.schema_version)
     source = SimulatedSource(schema, 0, "2026-11-17", visits=3, alerts_per_visit=300, stamps=True, interval_s=1.0,
                              ahead=True)  # each process serializes 450 alerts with cutouts first: seconds
-    report = send_source(kafka_cfg, "prod.ahead", source, schema, 1.0, processes=2, progress=False,
-                         log=lambda line: None)
+    report = send_source(kafka_cfg, "prod.ahead", source, schema, 1.0, processes=2, progress=False)
     assert report.alerts == 900 and report.failures == 0
     starts = [visit.start for visit in report.visits]
     for earlier, later in zip(starts, starts[1:], strict=False):

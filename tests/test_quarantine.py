@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import decode_messages, stream_args, write_files
+from conftest import decode_messages, saying, stream_args, write_files
 from skyfilter.cli import main
 from skyfilter.jobs.filter_stream import run
 from skyfilter.kafka.read_back import read_topic
@@ -51,11 +51,12 @@ def test_failing_and_slow_filters_are_quarantined_and_the_others_deliver_everyth
     write_files(tmp_path / "filters", FILTERS)
     (tmp_path / "brokers.yaml").write_text(BROKERS)
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=3, alerts_per_visit=20, interval_s=0.0, stamps=False,
-                                      seed=8, night="2026-11-11", progress=False), log=lambda line: None)
+                                      seed=8, night="2026-11-11", progress=False))
     lines: list[str] = []
     args = stream_args(kafka_cfg, TOPIC, tmp_path / "filters", tmp_path / "brokers.yaml",
                        extra=["--set", "stream.max_offsets_per_trigger=15", "--set", "stream.filter_time_budget_s=1"])
-    totals = run(args, spark, lines.append)
+    with saying(lines):
+        totals = run(args, spark)
     assert totals.batches >= 4 and totals.input_alerts == 60
 
     bootstrap = kafka_cfg
@@ -93,19 +94,21 @@ def test_failing_and_slow_filters_are_quarantined_and_the_others_deliver_everyth
     assert "1 enabled, 2 quarantined, 0 broken, 0 unused" in shown
 
     again: list[str] = []
-    run(args, spark, again.append)  # a restart keeps unchanged quarantined filters off
+    with saying(again):
+        run(args, spark)  # a restart keeps unchanged quarantined filters off
     assert any("filter 'breaks_on_visit2' stays quarantined" in line for line in again)
 
     # a hot reload leaves quarantined filters off, and says nothing of them, until their files change
     files = read_stream_files(tmp_path / "filters", tmp_path / "brokers.yaml")
     cell = PlanCell(build_plan(spark, kafka_cfg, TOPIC, TOPIC, files, (0, "")))
     reloads: list[str] = []
-    quarantine = Quarantine(spark, kafka_cfg, cell, tmp_path / "filters", reloads.append)
-    reloader = PlanReloader(spark, kafka_cfg, cell, tmp_path / "filters", tmp_path / "brokers.yaml",
-                            reloads.append, quarantine.held_off)
-    (tmp_path / "filters" / "everything.sql").write_text("diaSource.snr > 4")
-    reloader.reload()
-    (tmp_path / "filters" / "everything.sql").write_text("diaSource.snr > 3")
-    reloader.reload()
+    with saying(reloads):
+        quarantine = Quarantine(spark, kafka_cfg, cell, tmp_path / "filters")
+        reloader = PlanReloader(spark, kafka_cfg, cell, tmp_path / "filters", tmp_path / "brokers.yaml",
+                                quarantine.held_off)
+        (tmp_path / "filters" / "everything.sql").write_text("diaSource.snr > 4")
+        reloader.reload()
+        (tmp_path / "filters" / "everything.sql").write_text("diaSource.snr > 3")
+        reloader.reload()
     assert [line for line in reloads if line.startswith("reload: ")] == ["reload: filter(s) changed: everything"] * 2
     assert {spec.name for spec in cell.current.filters} == {"everything"}

@@ -63,13 +63,13 @@ def test_every_broker_in_realtime_mode_equals_an_independent_evaluation(kafka_cf
     open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), same_alerts=True)
     night = ProduceOptions(topic=TOPIC, visits=1, alerts_per_visit=30, interval_s=4.0, stamps=True, seed=31,
                            night="2026-11-14", progress=False)
-    produce(kafka_cfg, night, log=lambda line: None)  # before the stream: read from the topic's start
+    produce(kafka_cfg, night)  # before the stream: read from the topic's start
     job, lines = stream_process(kafka_cfg, TOPIC, tmp_path, [
         "--trigger", "realtime", "--archive-trigger", "2s", "--stop-when-idle", "12",
         "--set", "stream.realtime.checkpoint_interval=30s", "--set", "monitoring.port=null",
         "--set", "topics.alerts_partitions=3", "--starting-offsets", "earliest"])
     running_ms = time.time() * 1000
-    produce(kafka_cfg, dataclasses.replace(night, visits=3, first_visit=2), log=lambda line: None)
+    produce(kafka_cfg, dataclasses.replace(night, visits=3, first_visit=2))
     bad = Producer({"bootstrap.servers": kafka_cfg.bootstrap_servers})
     bad.produce(TOPIC, key=b"bad", value=b"not an alert")
     bad.flush(10)
@@ -145,8 +145,7 @@ def test_realtime_caps_hold_across_partitions_and_restarts(kafka_cfg, spark, tmp
         said.append(lines)
         if run == 0:
             produce(kafka_cfg, ProduceOptions(topic=topic, visits=3, alerts_per_visit=15, interval_s=0.0,
-                                              stamps=False, seed=41, night="2026-11-15", progress=False),
-                    log=lambda line: None)
+                                              stamps=False, seed=41, night="2026-11-15", progress=False))
         assert job.wait(timeout=300) == 0, "\n".join(lines[-30:])
         kept_per_run.append(read_topic(kafka_cfg, "filtered.cap_tight"))
 
@@ -224,8 +223,7 @@ def test_realtime_quarantines_python_filters_that_raise_hang_or_return_the_wrong
         "--set", "stream.realtime.checkpoint_interval=5s", "--set", "stream.filter_time_budget_s=2"])
     for visit in (1, 2, 3):
         produce(kafka_cfg, ProduceOptions(topic=topic, visits=1, first_visit=visit, alerts_per_visit=12,
-                                          interval_s=0.0, stamps=False, seed=43, night="2026-11-16", progress=False),
-                log=lambda line: None)
+                                          interval_s=0.0, stamps=False, seed=43, night="2026-11-16", progress=False))
         time.sleep(3)  # a visit is evaluated before the next comes: visit 1 never shares a call with visit 2
     assert job.wait(timeout=300) == 0, "\n".join(lines[-30:])
 

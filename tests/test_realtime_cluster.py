@@ -154,8 +154,7 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
     job, lines = submit(kafka_cfg, cluster, folder, TOPIC, "rtc", tmp_path, metrics_port=metrics_port)
     try:
         produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
-                                          stamps=True, seed=SEED, night=NIGHT, progress=False),
-                log=lambda line: None)
+                                          stamps=True, seed=SEED, night=NIGHT, progress=False))
         deadline = time.monotonic() + 60
         while not (workers := executor_workers()) and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -165,8 +164,7 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
         killed = next(iter(workers))
         os.kill(killed, signal.SIGKILL)  # one executor's worker, alone; the next alerts find it gone
         produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
-                                          stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=3),
-                log=lambda line: None)
+                                          stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=3))
         after = executor_workers()
         sent = time.monotonic()
         before_loss = 4 * PER_VISIT
@@ -174,8 +172,7 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
         read_after_s = time.monotonic() - sent
         lost = kill_worker_with_a_filter_worker(cluster)  # a machine lost: worker, executor, filter workers
         produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
-                                          stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=5),
-                log=lambda line: None)
+                                          stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=5))
         cluster.start()  # the machine comes back (the stream does not wait for it)
         assert job.wait(timeout=300) == 0, "\n".join(lines[-40:])
     finally:
@@ -269,8 +266,7 @@ def test_an_executor_that_cannot_start_its_workers_quarantines_those_filters_and
                         "--conf", "spark.skyfilter.filterWorkerPython=/nonexistent/bin/python", idle_s=10)
     try:
         produce(kafka_cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
-                                          stamps=False, seed=SEED, night=NIGHT, progress=False),
-                log=lambda line: None)
+                                          stamps=False, seed=SEED, night=NIGHT, progress=False))
         assert job.wait(timeout=300) == 0, "\n".join(lines[-40:])
     finally:
         if job.poll() is None:

@@ -24,6 +24,8 @@ from conftest import (
     ARCHIVE_IN_THE_DRIVER,
     DATA,
     consume_avro,
+    run_saying,
+    saying,
     snr_as_string,
     stream_args,
     stream_folder,
@@ -152,7 +154,7 @@ def test_a_night_moving_from_10_0_to_11_1_while_the_stream_runs(kafka_cfg, spark
     for version, seed, first_visit in (("10.0", 51, 1), ("11.1", 52, 3)):
         halves.append(produce(kafka_cfg, ProduceOptions(
             topic=TOPIC, visits=2, alerts_per_visit=25, interval_s=3.0, stamps=True, seed=seed, night=NIGHT,
-            first_visit=first_visit, schema_version=version, progress=False), log=lambda line: None))
+            first_visit=first_visit, schema_version=version, progress=False)))
     assert job.wait(timeout=400) == 0, "\n".join(lines[-30:])
     assert halves[0].schema_id == first_id != halves[1].schema_id
     assert registry.versions(subject_for(TOPIC)) == [first_id, halves[1].schema_id]
@@ -198,7 +200,7 @@ def test_a_night_moving_from_10_0_to_11_1_while_the_stream_runs(kafka_cfg, spark
 
     replay_night.run(replay_night.parse_args([
         "--night", NIGHT, "--name", TOPIC, "--bootstrap", kafka_cfg.bootstrap_servers, "--state-dir",
-        str(kafka_cfg.state_dir), "--no-progress", "--to-topic", f"{TOPIC}.restored"]), spark, lambda line: None)
+        str(kafka_cfg.state_dir), "--no-progress", "--to-topic", f"{TOPIC}.restored"]), spark)
     restored = read_topic(kafka_cfg, f"{TOPIC}.restored")
     assert sorted((m.key, m.value) for m in restored) == sorted((m.key, m.value) for m in inputs)
     assert registry.versions(subject_for(f"{TOPIC}.restored")) == [first_id, halves[1].schema_id]
@@ -239,23 +241,22 @@ def test_a_bad_version_mid_night_never_stops_the_stream_or_its_restarts(kafka_cf
     lines: list[str] = []
     args = stream_args(kafka_cfg, POISON, folder / "filters", folder / "brokers.yaml",
                        extra=["--trigger", "1s", "--stop-when-idle", "10", "--lane", "delivery"])
-    stream = threading.Thread(target=lambda: run(args, spark, lines.append))
+    stream = threading.Thread(target=lambda: run_saying(lines, lambda: run(args, spark)))
     stream.start()
     while not any(line.startswith(f"stream '{POISON}' running") for line in lines):
         assert stream.is_alive(), lines[-5:]
         time.sleep(0.3)
     for version, visit in (("10.0", 1), ("11.1", 2)):
         produce(kafka_cfg, ProduceOptions(topic=POISON, visits=1, alerts_per_visit=20, interval_s=0.0, seed=70 + visit,
-                                          night=NIGHT, first_visit=visit, schema_version=version, progress=False),
-                log=lambda line: None)
+                                          night=NIGHT, first_visit=visit, schema_version=version, progress=False))
     bad_id, bad_messages = _snr_as_text(registry)
     producer = Producer({"bootstrap.servers": kafka_cfg.bootstrap_servers})
     for key, value in bad_messages:
         producer.produce(POISON, key=key, value=value)
     assert producer.flush(30) == 0
     produce(kafka_cfg, ProduceOptions(topic=POISON, visits=1, alerts_per_visit=20, interval_s=0.0, seed=74,
-                                      night=NIGHT, first_visit=4, schema_version="9.0", progress=False),
-            log=lambda line: None)  # an older version after the newer ones
+                                      night=NIGHT, first_visit=4, schema_version="9.0",  # older than the others
+                                      progress=False))
     stream.join(timeout=300)
     assert not stream.is_alive()
     assert any(f"schema id {bad_id} (lsst.v11_1.alert) cannot be read as this stream's alerts: diaSource.snr" in line
@@ -277,8 +278,9 @@ def test_a_bad_version_mid_night_never_stops_the_stream_or_its_restarts(kafka_cf
     again = stream_folder(tmp_path / "again", {"bright.sql": "diaSource.snr > 20"},
                           POISON_BROKERS.format(topic="filtered.poison_again"))
     fresh: list[str] = []
-    totals = run(stream_args(kafka_cfg, POISON, again / "filters", again / "brokers.yaml", name="poison_fresh",
-                             extra=["--lane", "delivery"]), spark, fresh.append)
+    with saying(fresh):
+        totals = run(stream_args(kafka_cfg, POISON, again / "filters", again / "brokers.yaml", name="poison_fresh",
+                                 extra=["--lane", "delivery"]), spark)
     assert totals.input_alerts == 80 and totals.rejected == 20, fresh
     assert any("read as schema id" in line and f"dead-lettered: schema id {bad_id}" in line for line in fresh), fresh
     assert {m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.poison_again")} == expected

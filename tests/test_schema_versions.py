@@ -15,7 +15,7 @@ from itertools import groupby
 import fastavro
 import pytest
 
-from conftest import DATA, rewrite_as_ztf_402, stream_args, write_files
+from conftest import DATA, rewrite_as_ztf_402, saying, stream_args, write_files
 from skyfilter.core.alert_columns import detect
 from skyfilter.jobs import replay_night
 from skyfilter.jobs.filter_stream import run
@@ -47,12 +47,13 @@ def test_each_rubin_schema_version_is_filtered_archived_and_restored(kafka_cfg, 
     for index, version in enumerate(versions):  # one visit per version, each version registered in turn
         report = produce(kafka_cfg, ProduceOptions(
             topic=topic, visits=1, alerts_per_visit=PER_VERSION, interval_s=0, stamps=True, seed=5 + index,
-            night=NIGHT, first_visit=1 + index, schema_version=version, progress=False), log=lambda line: None)
+            night=NIGHT, first_visit=1 + index, schema_version=version, progress=False))
         assert report.alerts == PER_VERSION and report.failures == 0
         schema_ids[report.schema_id] = version
     assert len(schema_ids) == len(versions)
     lines: list[str] = []
-    totals = run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml"), spark, lines.append)
+    with saying(lines):
+        totals = run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml"), spark)
     assert any(f"(schema id {report.schema_id}, {family})" in line for line in lines), lines[:3]
     assert totals.input_alerts == PER_VERSION * len(versions) and totals.rejected == 0
 
@@ -74,7 +75,7 @@ def test_each_rubin_schema_version_is_filtered_archived_and_restored(kafka_cfg, 
 
     replay_night.run(replay_night.parse_args([
         "--night", NIGHT, "--name", topic, "--bootstrap", kafka_cfg.bootstrap_servers, "--state-dir",
-        str(kafka_cfg.state_dir), "--no-progress", "--to-topic", f"{topic}.restored"]), spark, lambda line: None)
+        str(kafka_cfg.state_dir), "--no-progress", "--to-topic", f"{topic}.restored"]), spark)
     restored = read_topic(kafka_cfg, f"{topic}.restored")
     assert sorted((m.key, m.value) for m in restored) == sorted((m.key, m.value) for m in inputs)
 
@@ -89,11 +90,11 @@ def test_ztf_4_02_is_recognised_filtered_archived_and_restored(kafka_cfg, spark,
     topic = "ver.ztf_4_02"
     write_files(tmp_path / "filters", {"detected.sql": "candidate.magpsf < 19"})
     (tmp_path / "brokers.yaml").write_text(BROKERS.replace("ver_full", "ver_ztf402"))
-    report = produce(kafka_cfg, ProduceOptions(topic=topic, from_paths=[str(folder)], interval_s=0, progress=False),
-                     log=lambda line: None)
+    report = produce(kafka_cfg, ProduceOptions(topic=topic, from_paths=[str(folder)], interval_s=0, progress=False))
     assert report.alerts == 12 and report.failures == 0
     lines: list[str] = []
-    totals = run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml"), spark, lines.append)
+    with saying(lines):
+        totals = run(stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml"), spark)
     assert any(f"(schema id {report.schema_id}, ztf)" in line for line in lines), lines[:3]
     assert totals.input_alerts == 12 and totals.rejected == 0
 
@@ -106,6 +107,6 @@ def test_ztf_4_02_is_recognised_filtered_archived_and_restored(kafka_cfg, spark,
     night = spark.read.format("delta").load(str(kafka_cfg.delta_dir / topic / "alerts")).first().night
     replay_night.run(replay_night.parse_args([
         "--night", night, "--name", topic, "--bootstrap", kafka_cfg.bootstrap_servers, "--state-dir",
-        str(kafka_cfg.state_dir), "--no-progress", "--to-topic", f"{topic}.restored"]), spark, lambda line: None)
+        str(kafka_cfg.state_dir), "--no-progress", "--to-topic", f"{topic}.restored"]), spark)
     restored = read_topic(kafka_cfg, f"{topic}.restored")
     assert sorted((m.key, m.value) for m in restored) == sorted((m.key, m.value) for m in inputs)

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from conftest import ROOT, decode_messages, kafka_status_ports, listening_ports, stream_args, write_files
+from conftest import ROOT, decode_messages, kafka_status_ports, listening_ports, saying, stream_args, write_files
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.jobs.filter_stream import run
@@ -89,11 +89,12 @@ def test_unauthenticated_and_wrong_password_are_refused(secure):
 def test_pipeline_delivers_and_each_broker_reads_only_its_own_topic(secure, spark):
     cfg, folder = secure["cfg"], secure["folder"]
     report = produce(cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=30, interval_s=0, stamps=True,
-                                         seed=5, night="2026-11-18", progress=False), log=lambda line: None)
+                                         seed=5, night="2026-11-18", progress=False))
     assert report.alerts == 60 and report.failures == 0
     lines: list[str] = []
-    totals = run(stream_args(cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
-                             extra=["--config", str(ROOT / "conf" / "secure.yaml")]), spark, lines.append)
+    with saying(lines):
+        totals = run(stream_args(cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
+                                 extra=["--config", str(ROOT / "conf" / "secure.yaml")]), spark)
     assert totals.archived == 60
 
     with pytest.raises(SkyfilterError, match="Topic authorization failed"):

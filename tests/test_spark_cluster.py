@@ -62,7 +62,7 @@ def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafk
     night = "2026-11-20"
     options = dict(topic=TOPIC, visits=VISITS, alerts_per_visit=PER_VISIT, interval_s=0.0, stamps=True,
                    progress=False, night=night)
-    produce(kafka_cfg, ProduceOptions(**options), log=lambda line: None)
+    produce(kafka_cfg, ProduceOptions(**options))
     producer = Producer({"bootstrap.servers": kafka_cfg.bootstrap_servers})
     for i in range(BAD):
         producer.produce(TOPIC, value=b"not an alert %d" % i, key=b"bad")
@@ -72,7 +72,7 @@ def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafk
 
     local_topics = _brokers_file(tmp_path / "brokers.local.yaml", "cl.local")
     local = run(stream_args(kafka_cfg, TOPIC, filters, tmp_path / "brokers.local.yaml", name="cl_local"),
-                spark, lambda line: None)
+                spark)
     assert local.input_alerts == produced and local.rejected == BAD
 
     cluster_topics = _brokers_file(tmp_path / "brokers.cluster.yaml", "cl.cluster")

@@ -54,7 +54,7 @@ def submit(cfg, topic: str, folder: Path, extra: list[str]) -> tuple[subprocess.
 
 def _produce(cfg, topic: str, seed: int, first_visit: int = 1) -> int:
     report = produce(cfg, ProduceOptions(topic=topic, visits=2, alerts_per_visit=40, interval_s=1.0, seed=seed,
-                                         night=NIGHT, first_visit=first_visit, progress=False), log=lambda line: None)
+                                         night=NIGHT, first_visit=first_visit, progress=False))
     return report.alerts
 
 
@@ -118,7 +118,7 @@ def test_a_signal_to_spark_submit_stops_the_job_cleanly(kafka_cfg, spark, tmp_pa
         assert read == produced, "the summary counts what Real-time Mode read after its last checkpoint"
     else:  # what the delivery lane had not read when it stopped, the next start delivers; nothing twice
         rest = run(stream_args(kafka_cfg, topic, folder / "filters", folder / "brokers.yaml",
-                               extra=["--lane", "delivery"]), spark, lambda line: None)
+                               extra=["--lane", "delivery"]), spark)
         assert read + rest.input_alerts == produced, "read before the stop, or by the next start, never twice"
     delivered = [m.headers["alert_id"] for m in read_topic(kafka_cfg, "filtered.stop_bright")]
     since_start = [m for m in read_topic(kafka_cfg, topic) if m.offset >= held[m.partition]]

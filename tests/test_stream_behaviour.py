@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import DATA, stream_args, write_files
+from conftest import DATA, saying, stream_args, write_files
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.jobs.filter_stream import run
 from skyfilter.kafka.read_back import read_topic
@@ -43,10 +43,11 @@ def test_failing_python_filter_does_not_stop_the_others_and_restart_resumes(kafk
     (tmp_path / "brokers.yaml").write_text(
         "max_alerts_per_visit: null\nbrokers:\n  beh_all:\n    filters: [raises, everything]\n")
     options = dict(topic=topic, visits=1, alerts_per_visit=30, interval_s=0.0, stamps=False, progress=False)
-    produce(kafka_cfg, ProduceOptions(night="2026-11-18", **options), log=lambda line: None)
+    produce(kafka_cfg, ProduceOptions(night="2026-11-18", **options))
     lines: list[str] = []
     args = stream_args(kafka_cfg, topic, tmp_path / "filters", tmp_path / "brokers.yaml")
-    first = run(args, spark, lines.append)
+    with saying(lines):
+        first = run(args, spark)
     assert first.input_alerts == 30 and first.matches_by_filter["everything"] == 30
     assert first.matches_by_filter["raises"] == 0
     assert any("Python filter 'raises' failed" in line and "this filter is broken at run time" in line
@@ -54,8 +55,8 @@ def test_failing_python_filter_does_not_stop_the_others_and_restart_resumes(kafk
     delivered = read_topic(kafka_cfg, "filtered.beh_all")
     assert len(delivered) == 30 and {m.headers["filters"] for m in delivered} == {"everything"}
 
-    produce(kafka_cfg, ProduceOptions(night="2026-11-19", **options), log=lambda line: None)
-    second = run(args, spark, lambda line: None)
+    produce(kafka_cfg, ProduceOptions(night="2026-11-19", **options))
+    second = run(args, spark)
     assert second.input_alerts == 30, "a restart resumes from the checkpoint, not from the beginning"
     archived = spark.read.format("delta").load(str(kafka_cfg.delta_dir / topic / "alerts"))
     assert archived.count() == 60 == archived.select("alert_id").distinct().count()

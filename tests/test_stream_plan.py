@@ -61,7 +61,7 @@ brokers:
 def planned(kafka_cfg, spark, tmp_path_factory):
     folder = stream_folder(tmp_path_factory.mktemp("plan"), FILTERS, BROKERS)
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=20, interval_s=0.0, stamps=True,
-                                      seed=5, night="2026-11-10", progress=False), log=lambda line: None)
+                                      seed=5, night="2026-11-10", progress=False))
     schema = open_registry(kafka_cfg).latest(subject_for(TOPIC))
     files = read_stream_files(folder / "filters", folder / "brokers.yaml")
     plan = build_plan(spark, kafka_cfg, TOPIC, TOPIC, files, schema)
@@ -182,7 +182,7 @@ def test_a_micro_batch_is_one_spark_job(kafka_cfg, spark, planned):
     folder = planned["folder"]
     totals = run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml", name="plan_jobs",
                              extra=["--lane", "delivery", "--set", "stream.max_offsets_per_trigger=15"]),
-                 spark, lambda line: None)
+                 spark)
     assert totals.batches >= 3 and totals.input_alerts == 40
     jobs = _jobs_described_as(spark, "skyfilter_delivery_plan_jobs")
     assert len(jobs) == totals.batches, f"{len(jobs)} Spark jobs for {totals.batches} delivery batches: {jobs}"

@@ -81,8 +81,8 @@ def file_records(paths: list[str], id_field: str) -> dict[str, dict]:
 def replay_and_filter(cfg, spark, folder, topic, paths, filters, brokers_yaml):
     write_files(folder / "filters", filters)
     (folder / "brokers.yaml").write_text(brokers_yaml)
-    report = produce(cfg, ProduceOptions(topic=topic, from_paths=paths, progress=False), log=lambda line: None)
-    totals = run(stream_args(cfg, topic, folder / "filters", folder / "brokers.yaml"), spark, lambda line: None)
+    report = produce(cfg, ProduceOptions(topic=topic, from_paths=paths, progress=False))
+    totals = run(stream_args(cfg, topic, folder / "filters", folder / "brokers.yaml"), spark)
     inputs = read_topic(cfg, topic)
     return report, totals, {m.headers.get("alert_id") or m.key.decode(): m for m in inputs}
 

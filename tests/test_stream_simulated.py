@@ -23,6 +23,7 @@ from conftest import (
     consume_avro,
     decode_messages,
     expected_deliveries,
+    saying,
     stream_args,
     write_files,
 )
@@ -97,14 +98,14 @@ def sim(kafka_cfg, spark, tmp_path_factory):
     })
     (folder / "brokers.yaml").write_text(BROKERS)
     report = produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=60, interval_s=0.0,
-                                               stamps=True, seed=7, night="2026-11-20", progress=False),
-                     log=lambda line: None)
+                                               stamps=True, seed=7, night="2026-11-20", progress=False))
     bad = Producer({"bootstrap.servers": kafka_cfg.bootstrap_servers})
     bad.produce(TOPIC, key=b"bad-magic", value=b"\x01" + b"\x00" * 40)
     bad.produce(TOPIC, key=b"bad-id", value=frame(report.schema_id + 1, b"\x02\x04"))
     bad.flush(10)
     lines: list[str] = []
-    totals = run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml"), spark, lines.append)
+    with saying(lines):
+        totals = run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml"), spark)
     inputs = read_topic(kafka_cfg, TOPIC)
     good = [m for m in inputs if m.key not in (b"bad-magic", b"bad-id")]
     records = decode_messages(good, rubin_schema("10.0"))

@@ -9,7 +9,7 @@ from collections import Counter
 import fastavro
 import pytest
 
-from conftest import decode_messages, stream_args, stream_folder
+from conftest import decode_messages, saying, stream_args, stream_folder
 from skyfilter.jobs.filter_stream import run
 from skyfilter.kafka.read_back import read_topic
 from skyfilter.producers.command import ProduceOptions, produce
@@ -45,11 +45,12 @@ def subs(kafka_cfg, spark, tmp_path_factory):
     folder = stream_folder(tmp_path_factory.mktemp("subs"),
                            {"everything.sql": "alert_id IS NOT NULL", "lite_bright.sql": LITE_SQL}, BROKERS)
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=3, alerts_per_visit=40, interval_s=0.0, stamps=False,
-                                      seed=11, night="2026-11-20", progress=False), log=lambda line: None)
+                                      seed=11, night="2026-11-20", progress=False))
     lines: list[str] = []
     # 20 offsets per batch: every visit is spread over several batches, so the cap must hold across them
-    totals = run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
-                             extra=["--set", "stream.max_offsets_per_trigger=20"]), spark, lines.append)
+    with saying(lines):
+        totals = run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
+                                 extra=["--set", "stream.max_offsets_per_trigger=20"]), spark)
     records = decode_messages(read_topic(kafka_cfg, TOPIC), rubin_schema("10.0"))
     return {"cfg": kafka_cfg, "totals": totals, "lines": lines,
             "records": {str(r["diaSourceId"]): r for r in records}, "tables": kafka_cfg.delta_dir / TOPIC}

@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 from test_watch_units import brute_force_separation
 
-from conftest import ARCHIVE_IN_THE_DRIVER, consume_avro, decode_messages, stream_args, stream_folder
+from conftest import (
+    ARCHIVE_IN_THE_DRIVER,
+    consume_avro,
+    decode_messages,
+    run_saying,
+    saying,
+    stream_args,
+    stream_folder,
+)
 from skyfilter.cli import main as skyfilter
 from skyfilter.jobs import replay_night
 from skyfilter.jobs.filter_stream import run
@@ -131,10 +139,11 @@ def night(kafka_cfg, spark, tmp_path_factory):
     watch_command(kafka_cfg, "watchmap", "add", "w_region", str(folder / "region.moc.fits"))
 
     produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=40, interval_s=0.0, stamps=False,
-                                      seed=SEED, night=NIGHT, progress=False), log=lambda line: None)
+                                      seed=SEED, night=NIGHT, progress=False))
     lines: list[str] = []
-    run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
-                    extra=["--starting-offsets", "earliest"]), spark, lines.append)
+    with saying(lines):
+        run(stream_args(kafka_cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
+                        extra=["--starting-offsets", "earliest"]), spark)
     records = decode_messages(read_topic(kafka_cfg, TOPIC), rubin_schema("10.0"))
     assert {str(r["diaSourceId"]): (r["diaSource"]["ra"], r["diaSource"]["dec"]) for r in records} == first
     return {"cfg": kafka_cfg, "folder": folder, "lines": lines, "alerts": first, "v0": v0, "moc": moc}
@@ -204,7 +213,7 @@ def test_a_new_list_version_reaches_the_running_stream_and_replays_choose_a_vers
     lines: list[str] = []
     args = stream_args(cfg, TOPIC, folder / "filters", folder / "brokers.yaml",
                        extra=["--trigger", "1s", "--stop-when-idle", "12", *ARCHIVE_IN_THE_DRIVER])
-    stream = threading.Thread(target=lambda: run(args, spark, lines.append))
+    stream = threading.Thread(target=lambda: run_saying(lines, lambda: run(args, spark)))
     stream.start()
     deadline = time.time() + 120
     while not any(line.startswith(f"stream '{TOPIC}' running") for line in lines):
@@ -214,7 +223,7 @@ def test_a_new_list_version_reaches_the_running_stream_and_replays_choose_a_vers
     assert skyfilter(["watchlist", "add", "w_agn", str(folder / "bad.csv"), "--state-dir", str(cfg.state_dir)]) == 2
     watch_command(cfg, "watchlist", "add", "w_agn", str(folder / "agn_v1.csv"))
     produce(cfg, ProduceOptions(topic=TOPIC, visits=1, first_visit=3, alerts_per_visit=40, interval_s=0.0,
-                                stamps=False, seed=SEED, night=NIGHT, progress=False), log=lambda line: None)
+                                stamps=False, seed=SEED, night=NIGHT, progress=False))
     stream.join(timeout=180)
     assert not stream.is_alive()
     assert any("reload: watchlist w_agn now version 1 (10 rows)" in line for line in lines), lines
@@ -233,7 +242,7 @@ def test_a_new_list_version_reaches_the_running_stream_and_replays_choose_a_vers
         result = replay_night.run(replay_night.parse_args([
             "--night", NIGHT, "--name", TOPIC, "--filters-dir", str(folder / "filters"), "--brokers",
             str(folder / "brokers.yaml"), "--matches-table", str(table), "--watch", which,
-            "--state-dir", str(cfg.state_dir), "--bootstrap", cfg.bootstrap_servers]), spark, log=lambda line: None)
+            "--state-dir", str(cfg.state_dir), "--bootstrap", cfg.bootstrap_servers]), spark)
         matched = spark.read.format("delta").load(str(table)).where("broker = 'w_full'").collect()
         assert {r.alert_id for r in matched} == set(expected_list(everything, rows)), which
         assert result["by_broker"]["w_full"] == len(matched)

@@ -22,6 +22,7 @@ catches up from its checkpoints.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 
 from pyspark.sql import DataFrame, Observation
@@ -37,6 +38,8 @@ from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.stream_plan import KAFKA_SOURCE_SCHEMA
 from skyfilter.plan.tables import append, create_table, is_table, nullable
 from skyfilter.spark.internals import observation_ready
+
+logger = logging.getLogger(__name__)
 
 LANE = LaneName.ARCHIVE
 _observation_ids = itertools.count()
@@ -81,8 +84,8 @@ class ArchiveLane(Lane):
                                      f"archive.writer delta-rs does not write: use archive.writer spark, or another "
                                      f"--name")
             if not self.raw:
-                self.log(f"archive lane: {path} holds decoded alert fields (the layout before the raw one): new "
-                         f"alerts keep that layout")
+                logger.info(f"archive lane: {path} holds decoded alert fields (the layout before the raw one): new "
+                            f"alerts keep that layout")
         self.index_paths = index_paths(self.spark, self.plan.columns)
         empty = self._decode(self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
         self._record_schemas()
@@ -181,8 +184,8 @@ class ArchiveLane(Lane):
         self.monitor.observe_archive(batch_id, stats, figures, started, finished, quantiles, slowest)
         self.totals.add_archive(stats["archived"], finished)
         if stats["input_alerts"]:
-            self.log(f"archive batch {batch_id}: {stats['archived']} alerts archived, {stats['rejected']} rejected, "
-                     f"done in {finished - started:.2f} s")
+            logger.info(f"archive batch {batch_id}: {stats['archived']} alerts archived, {stats['rejected']} rejected, "
+                        f"done in {finished - started:.2f} s")
 
 
 def archive_figures() -> list:

@@ -17,6 +17,7 @@ lane (the ``metrics`` table's archive rows) and prints the same
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -43,6 +44,8 @@ from skyfilter.core.lane_names import LaneName
 from skyfilter.kafka.clients import client_settings
 from skyfilter.lanes.monitoring import StreamMonitor
 
+logger = logging.getLogger(__name__)
+
 LANE = LaneName.ARCHIVE
 MAX_BATCH = 1_000  # messages per commit at most (about 130 MB of Rubin alerts): a batch is held in Python twice,
                    # and 1,000 cost 25% less CPU per alert than 3,000 (fewer fresh pages to fault in)
@@ -67,11 +70,12 @@ class AlertsWriter(TopicBatches):
     """Reads the input topic and appends every message once to ``alerts`` (or ``rejects``)."""
 
     def __init__(self, cfg: Config, settings: WriterSettings, columns: AlertColumns,
-                 registered: Callable[[], dict[int, str]], log=print, monitor: StreamMonitor | None = None):
+                 registered: Callable[[], dict[int, str]], monitor: StreamMonitor | None = None,
+                 on_batch: Callable[[str], None] | None = None):
         from confluent_kafka import Producer
 
         super().__init__(cfg, settings.topic, f"skyfilter-{settings.name}-archive", settings.trigger_s,
-                         settings.max_alerts, log, monitor)
+                         settings.max_alerts, monitor, on_batch)
         self.settings = settings
         self.app_id = app_id(settings.name)
         self.index = IndexFields(columns, settings.night_offset_hours, settings.max_alert_bytes)
@@ -138,8 +142,8 @@ class AlertsWriter(TopicBatches):
             self.monitor.observe_archive(version, stats, figures, started, finished,
                                          [summary[f"latency_p{q}_ms"] for q in (50, 95, 99)],
                                          summary["latency_max_ms"])
-        self.log(f"archive batch {version}: {len(batch.accepted)} alerts archived, {len(batch.rejected)} rejected, "
-                 f"done in {finished - started:.2f} s")
+        self.batch_done(f"archive batch {version}: {len(batch.accepted)} alerts archived, {len(batch.rejected)} "
+                        f"rejected, done in {finished - started:.2f} s")
 
     def _summarize(self, version: int, started: float, finished: float, rows: list[dict], batch) -> dict:
         """The batch's ``batch`` record in the delivery log: latency from input append time to archived."""

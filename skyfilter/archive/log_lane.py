@@ -12,6 +12,7 @@ inserts are idempotent, so each table holds every row once.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from pyspark.sql import DataFrame
@@ -23,6 +24,8 @@ from skyfilter.lanes.delivery_log import batch_records, match_records
 from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.tables import METRICS_SCHEMA, run_side_by_side
 from skyfilter.watch.columns import WATCH_MATCHES_DDL
+
+logger = logging.getLogger(__name__)
 
 LANE = LaneName.ARCHIVE_LOG
 # the keys of each table's rows; the last grows along a source (offsets along input partitions, batch ids along a
@@ -69,8 +72,8 @@ class ArchiveLogLane(Lane):
         self.monitor.observe_log(batch_id, counts["records"], started, finished)
         self.totals.add_logged(counts["matches"])
         if counts["records"]:
-            self.log(f"archive log batch {batch_id}: {counts['matches']} matches, {counts['batches']} batch records "
-                     f"logged, done in {finished - started:.2f} s")
+            logger.info(f"archive log batch {batch_id}: {counts['matches']} matches, {counts['batches']} batch records "
+                        f"logged, done in {finished - started:.2f} s")
 
 
 def log_matches(logged: DataFrame) -> DataFrame:

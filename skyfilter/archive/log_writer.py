@@ -12,7 +12,9 @@ row is inserted once by its keys (:class:`KeyedAppends`).
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from skyfilter.archive.delta_appends import KeyedAppends, stored_offsets
@@ -22,6 +24,8 @@ from skyfilter.core.config import Config
 from skyfilter.core.lane_names import LaneName
 from skyfilter.lanes.monitoring import StreamMonitor
 
+logger = logging.getLogger(__name__)
+
 LANE = LaneName.ARCHIVE_LOG
 
 
@@ -29,8 +33,8 @@ class LogWriter(TopicBatches):
     """Reads a stream's delivery log and inserts its rows once into the log's tables."""
 
     def __init__(self, cfg: Config, name: str, log_topic: str, tables: dict[str, Path], trigger_s: float,
-                 max_records: int, log=print, monitor: StreamMonitor | None = None):
-        super().__init__(cfg, log_topic, f"skyfilter-{name}-archive-log", trigger_s, max_records, log, monitor)
+                 max_records: int, monitor: StreamMonitor | None = None, on_batch: Callable[[str], None] | None = None):
+        super().__init__(cfg, log_topic, f"skyfilter-{name}-archive-log", trigger_s, max_records, monitor, on_batch)
         self.app_id = log_app_id(name)
         self.tables = [(table, KeyedAppends(tables[table.name], table)) for table in LOG_TABLES]
         self.kept: dict[str, dict[int, int]] = {}  # per table: the next log offset it holds, per partition
@@ -62,8 +66,8 @@ class LogWriter(TopicBatches):
         summaries = sum(1 for _, _, record, _ in records if record.get("kind") == "batch")
         if self.monitor is not None:
             self.monitor.observe_log(self.batches, len(records), started, finished)
-        self.log(f"archive log batch {self.batches}: {matches} matches, {summaries} batch records logged, done in "
-                 f"{finished - started:.2f} s")
+        self.batch_done(f"archive log batch {self.batches}: {matches} matches, {summaries} batch records logged, "
+                        f"done in {finished - started:.2f} s")
 
 
 def _record(value: bytes | None) -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import re
 import signal
@@ -29,6 +30,8 @@ from pathlib import Path
 from skyfilter.lanes.totals import StreamTotals
 from skyfilter.local.cpu_share import IdleGroup, group_name, idle_group
 from skyfilter.local.processes import lower_priority, wait_for_group
+
+logger = logging.getLogger(__name__)
 
 JOB = "skyfilter.jobs.filter_stream"  # run with python -m: the installed job, wherever the package is
 ERROR_LINE = re.compile(r"^filter_stream: error: ")
@@ -43,7 +46,7 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 class ArchiveProcess:
     """A child ``filter_stream.py --lane archive`` process: started, watched, restarted, stopped."""
 
-    def __init__(self, arguments: list[str], nice: int, totals: StreamTotals, errors_to: Path, log=print,
+    def __init__(self, arguments: list[str], nice: int, totals: StreamTotals, errors_to: Path,
                  cpu_group: bool = False):
         self.command = [sys.executable, "-m", JOB, *arguments]
         self.errors_to = errors_to  # the child's standard error, whole (Spark's log included)
@@ -55,7 +58,6 @@ class ArchiveProcess:
             self.priority = (f"an idle cgroup ({how}: {self.group}) and nice {nice}" if self.group is not None
                              else f"nice {nice} (no idle cgroup: {how})")
         self.totals = totals
-        self.log = log
         self.process: subprocess.Popen | None = None
         self.restarts = 0
         self.stopping = False
@@ -103,12 +105,12 @@ class ArchiveProcess:
             saved.flush()
             if ERROR_LINE.match(line):
                 self.last_error = line
-                self.log(f"archive lane: {line} (its whole output: {self.errors_to})")
+                logger.warning(f"archive lane: {line} (its whole output: {self.errors_to})")
         elif RUNNING_LINE.match(line):
             self.ready.set()
         elif not OWN_LINE.match(line):  # the parent says when it stops and sums up the run itself
             self.totals.count_line(line)
-            self.log(line)
+            logger.info(line)
 
     def wait_until_running(self, timeout_s: float, give_up=lambda: False) -> bool:
         """Block until the child's queries run (its JVM start-up then competes with no delivery batch), it
@@ -125,9 +127,9 @@ class ArchiveProcess:
             return
         code = self.process.returncode
         self.restarts += 1
-        self.log(f"archive lane (pid {self.process.pid}) exited with code {code}"
-                 f"{': ' + self.last_error if self.last_error else ''}; restarting it in {RESTART_DELAY_S:.0f} s "
-                 f"(delivery is not affected; the archive resumes from its checkpoints)")
+        logger.warning(f"archive lane (pid {self.process.pid}) exited with code {code}"
+                       f"{': ' + self.last_error if self.last_error else ''}; restarting it in {RESTART_DELAY_S:.0f} s "
+                       f"(delivery is not affected; the archive resumes from its checkpoints)")
         time.sleep(RESTART_DELAY_S)
         self.last_error = ""
         self.start()
@@ -148,8 +150,8 @@ class ArchiveProcess:
             self.process.send_signal(signal.SIGTERM)
         code = self._wait(deadline)
         if code != 0:
-            self.log(f"archive lane (pid {self.process.pid}) ended with code {code} before archiving everything "
-                     f"delivered: catching up with a one-shot run")
+            logger.warning(f"archive lane (pid {self.process.pid}) ended with code {code} before archiving everything "
+                           f"delivered: catching up with a one-shot run")
             self.start("--available-now")
             code = self._wait(deadline)
         if self.group is not None:
@@ -163,8 +165,8 @@ class ArchiveProcess:
         try:
             code = self.process.wait(max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            self.log(f"archive lane (pid {self.process.pid}) still draining at its time limit "
-                     f"(archive.stop_timeout_s): stopped; it resumes from its checkpoints on the next start")
+            logger.warning(f"archive lane (pid {self.process.pid}) still draining at its time limit "
+                           f"(archive.stop_timeout_s): stopped; it resumes from its checkpoints on the next start")
             code = None
         if code is not None:  # its JVM ends after it, once its temporary folders are deleted
             wait_for_group(self.process.pid, 15)

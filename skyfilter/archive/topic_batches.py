@@ -11,6 +11,7 @@ consumer-group offset is ever committed.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import time
@@ -21,6 +22,8 @@ from skyfilter.core.config import Config
 from skyfilter.kafka.clients import client_settings
 from skyfilter.lanes.monitoring import StreamMonitor
 
+logger = logging.getLogger(__name__)
+
 POLL_S = 0.5  # longest wait for messages inside a batch window
 FULL_DISK_RETRY_S = 5.0
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -30,15 +33,15 @@ DISK_FULL_MESSAGE = re.compile(r"(No space left on device|File too large|Disk qu
 class TopicBatches(ABC):
     """Reads ``topic`` in batch windows and hands each to :meth:`write_batch` (a subclass stores it)."""
 
-    def __init__(self, cfg: Config, topic: str, group: str, trigger_s: float, max_messages: int, log=print,
-                 monitor: StreamMonitor | None = None):
+    def __init__(self, cfg: Config, topic: str, group: str, trigger_s: float, max_messages: int,
+                 monitor: StreamMonitor | None = None, on_batch: Callable[[str], None] | None = None):
         from confluent_kafka import Consumer
 
         self.monitor = monitor  # the stream's metrics, when the writer runs in the stream job's own process
+        self.on_batch = on_batch  # told each stored batch's line (a stream job counts its totals from them)
         self.topic = topic
         self.trigger_s = trigger_s
         self.max_messages = max_messages
-        self.log = log
         self.consumer = Consumer(client_settings(cfg, **{
             "group.id": group, "enable.auto.commit": False, "log_level": 0,
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024}))
@@ -56,6 +59,12 @@ class TopicBatches(ABC):
         from confluent_kafka import OFFSET_BEGINNING
 
         return OFFSET_BEGINNING
+
+    def batch_done(self, line: str) -> None:
+        """Say a stored batch's line, and tell :attr:`on_batch`."""
+        logger.info(line)
+        if self.on_batch is not None:
+            self.on_batch(line)
 
     @abstractmethod
     def write_batch(self, messages: list) -> None:
@@ -109,13 +118,13 @@ class TopicBatches(ABC):
                     raise
                 if full_since is None:
                     full_since = time.monotonic()
-                    self.log(f"archive: the disk under the tables is full ({reason}) writing {len(messages)} "
-                             f"message(s) of '{self.topic}': the archive falls behind, retrying every "
-                             f"{FULL_DISK_RETRY_S:g} s; nothing is dropped")
+                    logger.warning(f"archive: the disk under the tables is full ({reason}) writing {len(messages)} "
+                                   f"message(s) of '{self.topic}': the archive falls behind, retrying every "
+                                   f"{FULL_DISK_RETRY_S:g} s; nothing is dropped")
                 time.sleep(FULL_DISK_RETRY_S)
         if full_since is not None:
-            self.log(f"archive: writing '{self.topic}' again after {time.monotonic() - full_since:.0f} s of a full "
-                     f"disk; catching up")
+            logger.info(f"archive: writing '{self.topic}' again after {time.monotonic() - full_since:.0f} s of a full "
+                        f"disk; catching up")
 
     def _collect(self, keep_going: Callable[[], bool]) -> list:
         """Messages of one batch window: from the first arrival, ``trigger_s`` or ``max_messages``, whichever first."""

@@ -9,6 +9,7 @@ end at the topic's end).
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from skyfilter.filtering.input_schemas import registered_writers
 from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.plan.stream_plan import StreamPlan
 from skyfilter.plan.triggers import AVAILABLE_NOW, seconds
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -93,10 +96,11 @@ class WriterQuery:
         self.thread.join()
 
 
-def start_writer(cfg: Config, plan: Target, trigger: str, log=print, monitor: StreamMonitor | None = None
-                 ) -> WriterQuery:
+def start_writer(cfg: Config, plan: Target, trigger: str, monitor: StreamMonitor | None = None,
+                 on_batch: Callable[[str], None] | None = None) -> WriterQuery:
     """The alerts writer of a stream, started as the archive's alerts query with this trigger (``availableNow``:
-    until the topic's end as it is now), reporting to ``monitor`` if one is given."""
+    until the topic's end as it is now), reporting to ``monitor`` if one is given and each batch's line to
+    ``on_batch``."""
     available_now = trigger == AVAILABLE_NOW
     settings = WriterSettings(
         topic=plan.topic, name=plan.name, tables=plan.tables, delivery_log_topic=plan.delivery_log_topic,
@@ -105,17 +109,18 @@ def start_writer(cfg: Config, plan: Target, trigger: str, log=print, monitor: St
         night_offset_hours=plan.night_offset_hours,
         max_alert_bytes=plan.max_alert_bytes, starting_offsets=str(cfg.stream.starting_offsets))
     return WriterQuery(lambda: AlertsWriter(cfg, settings, plan.columns,
-                                            lambda: registered_writers(cfg, plan.topic), log, monitor),
+                                            lambda: registered_writers(cfg, plan.topic), monitor, on_batch),
                        plan.name, available_now)
 
 
-def start_log_writer(cfg: Config, plan: Target, trigger: str, log=print, monitor: StreamMonitor | None = None
-                     ) -> WriterQuery:
+def start_log_writer(cfg: Config, plan: Target, trigger: str, monitor: StreamMonitor | None = None,
+                     on_batch: Callable[[str], None] | None = None) -> WriterQuery:
     """The delivery-log writer of a stream, started as the archive's log query with this trigger."""
     available_now = trigger == AVAILABLE_NOW
     return WriterQuery(lambda: LogWriter(cfg, plan.name, plan.delivery_log_topic, plan.tables,
                                          1.0 if available_now else seconds(trigger),
-                                         int(cfg.archive.max_offsets_per_trigger or MAX_BATCH), log, monitor),
+                                         int(cfg.archive.max_offsets_per_trigger or MAX_BATCH), monitor,
+                                         on_batch),
                        plan.name, available_now, "archive-log")
 
 

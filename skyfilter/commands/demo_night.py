@@ -29,6 +29,7 @@ from pathlib import Path
 
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.log import console_prefix
 from skyfilter.kafka.read_back import percentile
 from skyfilter.local.kafka import LocalKafka
 from skyfilter.local.memory import RssSampler, own_rss_mb
@@ -153,8 +154,8 @@ def _run(cfg: Config, args: argparse.Namespace, demo_dir: Path) -> int:
             options = ProduceOptions(visits=args.visits, alerts_per_visit=args.alerts_per_visit,
                                      interval_s=args.interval_s, stamps=True, progress=False, ahead=True,
                                      seed=DEMO_SEED)
-            report = _watched(lambda: produce(cfg, options, log=lambda line: print(f"    {line}", flush=True)),
-                              kafka, stream, log_path)
+            with console_prefix("    "):
+                report = _watched(lambda: produce(cfg, options), kafka, stream, log_path)
             print(f"    {report.summary()}")
 
             print(f"4/5 waiting for the stream to drain (it stops {idle_stop_s(args.interval_s):g} s after the last "
@@ -273,8 +274,9 @@ def _check_and_summarize(cfg: Config, produced: int, stream_lines: list[str], be
 
     spark = get_spark("skyfilter-demo-check", conf={"spark.ui.enabled": "false"})
     try:
-        check = check_delivery(spark, cfg, cfg.topics.alerts, cfg.topics.alerts, cfg.path("stream.filters_dir"),
-                               cfg.path("stream.brokers"), log=lambda line: print(f"    {line}"))
+        with console_prefix("    "):
+            check = check_delivery(spark, cfg, cfg.topics.alerts, cfg.topics.alerts, cfg.path("stream.filters_dir"),
+                                   cfg.path("stream.brokers"))
     finally:
         spark.stop()
     problems = check.problems()

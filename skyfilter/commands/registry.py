@@ -56,5 +56,5 @@ def run(args: argparse.Namespace) -> int:
     elif args.action == "delete":
         print(delete_versions(cfg, args.target, args.version, args.permanent))
     else:
-        serve(cfg, args.host, args.port, log=lambda line: print(line, flush=True))
+        serve(cfg, args.host, args.port)
     return 0

@@ -10,6 +10,7 @@ to turn into the ``metrics`` and ``broker_visits`` tables.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Hashable
 
@@ -28,6 +29,8 @@ from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.quarantine import Quarantine
 from skyfilter.plan.reload import PlanReloader
 from skyfilter.plan.stream_plan import StreamPlan, probe_batch
+
+logger = logging.getLogger(__name__)
 
 LANE = LaneName.DELIVERY
 # Spark's V1 Kafka writer runs the query in a nested execution whose observed metrics never reach an
@@ -156,25 +159,25 @@ class DeliveryLane(Lane):
         self.monitor.observe_delivery(LANE, batch_id, stats, figures, started, delivered, finished,
                                       [f.name for f in filters])
         self.totals.add_delivery(stats, started, finished)
-        report_batch(self.log, LANE, batch_id, stats, self.plan.deadletter_topic, started, delivered)
+        report_batch(LANE, batch_id, stats, self.plan.deadletter_topic, started, delivered)
 
 
-def report_batch(log, lane: str, batch_id: int, stats: DeliveryFigures, deadletter_topic: str, started: float,
+def report_batch(lane: str, batch_id: int, stats: DeliveryFigures, deadletter_topic: str, started: float,
                  delivered: float | None) -> None:
     """The log lines of a finished delivery batch."""
     if stats.dropped_by_broker:
-        log(f"batch {batch_id}: over max_alerts_per_visit, not sent: " + ", ".join(
-            f"{broker} {count}" for broker, count in sorted(stats.dropped_by_broker.items())))
+        logger.info(f"batch {batch_id}: over max_alerts_per_visit, not sent: " + ", ".join(
+                    f"{broker} {count}" for broker, count in sorted(stats.dropped_by_broker.items())))
     for name, error in stats.reports.errors.items():
-        log(f"batch {batch_id}: Python filter '{name}' failed, no matches from it in this batch: {error}")
+        logger.warning(f"batch {batch_id}: Python filter '{name}' failed, no matches from it in this batch: {error}")
     if stats.rejected:
-        log(f"batch {batch_id}: {stats.rejected} message(s) could not be decoded; sent to '{deadletter_topic}' "
-            f"(the archive keeps them with their reason in its rejects table)")
+        logger.warning(f"batch {batch_id}: {stats.rejected} message(s) could not be decoded; sent to "
+                       f"'{deadletter_topic}' (the archive keeps them with their reason in its rejects table)")
     p50, _, p99 = stats.latency
     took = f"delivered in {delivered - started:.2f} s, " if delivered is not None else ""
     prefix = "batch" if lane == LANE else f"{lane} batch"
-    log(f"{prefix} {batch_id}: {stats.input_alerts} alerts, {stats.matches} matches, {took}"
-        f"latency p50 {_sec(p50)} p99 {_sec(p99)}")
+    logger.info(f"{prefix} {batch_id}: {stats.input_alerts} alerts, {stats.matches} matches, {took}"
+                f"latency p50 {_sec(p50)} p99 {_sec(p99)}")
 
 
 def _visit_night(text: str) -> tuple[int, str]:

@@ -33,6 +33,7 @@ the same alerts again).
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -75,6 +76,8 @@ from skyfilter.spark.internals import (
 )
 from skyfilter.spark.steps import apply_steps
 from skyfilter.watch.columns import template_columns, used_by, watch_down_report
+
+logger = logging.getLogger(__name__)
 
 LANE = LaneName.REALTIME
 OBSERVATION = "skyfilter_realtime"
@@ -191,8 +194,8 @@ class RealtimeLane(Lane):
         if capped and self.ledger is None:
             self.ledger = self.plan.name
             admitted = open_visit_caps(self.spark, self.ledger, str(self.ledger_file()), RESTORE_HOURS)
-            self.log(f"realtime: visit caps from the ledger {self.ledger_file()} ({admitted} admission(s) of the "
-                     f"last {RESTORE_HOURS} h read back)")
+            logger.info(f"realtime: visit caps from the ledger {self.ledger_file()} ({admitted} admission(s) of the "
+                        f"last {RESTORE_HOURS} h read back)")
 
     def ledger_address(self, ledger: str) -> str:
         """The ledger as the query's tasks reach it: by name in the driver's JVM on a local master, else over TCP
@@ -221,8 +224,8 @@ class RealtimeLane(Lane):
                                           [spec.name for spec in self.plan.filters])
             self.restart_at_checkpoint = True
             self.checkpoint_passed.clear()
-            self.log(f"realtime: the query goes on without them from its next checkpoint (within "
-                     f"{self.interval}); until then they are off in the Python workers where they failed")
+            logger.warning(f"realtime: the query goes on without them from its next checkpoint (within "
+                           f"{self.interval}); until then they are off in the Python workers where they failed")
 
     def restart_if_changed(self) -> bool:
         """After a reload, a quarantine or a new input schema version: restart the query when what it serves
@@ -231,9 +234,9 @@ class RealtimeLane(Lane):
             return False
         if self.restart_at_checkpoint and not self.checkpoint_passed.is_set():
             return False
-        self.log(f"realtime: restarting the Real-time Mode query for "
-                 f"{', '.join(b.name for b in self.brokers(self.cell.current))} "
-                 f"(filters, brokers or input schemas changed)")
+        logger.info(f"realtime: restarting the Real-time Mode query for "
+                    f"{', '.join(b.name for b in self.brokers(self.cell.current))} "
+                    f"(filters, brokers or input schemas changed)")
         self.restart()
         return True
 
@@ -262,7 +265,7 @@ class RealtimeLane(Lane):
         self.refresh_inputs(seen=[schema_id])
         if schema_id not in self.cell.current.inputs.known:  # settled here, or by a micro-batch lane before
             return None
-        self.log(f"realtime: alerts of input schema id {schema_id} arrived: restarting the Real-time Mode query")
+        logger.info(f"realtime: alerts of input schema id {schema_id} arrived: restarting the Real-time Mode query")
         return self.restart()
 
     def progress(self, progress) -> None:
@@ -290,7 +293,7 @@ class RealtimeLane(Lane):
         self.monitor.observe_delivery(LANE, progress.batchId, stats, figures, started, None, finished,
                                       [f.name for f in filters])
         self.totals.add_delivery(stats, started, finished)
-        report_batch(self.log, LANE, progress.batchId, stats, self.plan.deadletter_topic, started, None)
+        report_batch(LANE, progress.batchId, stats, self.plan.deadletter_topic, started, None)
 
     def stop(self) -> None:
         """Stop the query; the alerts it read since its last checkpoint are noted in the totals (its figures come
@@ -330,7 +333,7 @@ class _ProgressListener(StreamingQueryListener):
             try:
                 self.lane.progress(event.progress)
             except SkyfilterError as exc:  # the summary could not be logged: say so, the query goes on
-                self.lane.log(f"realtime batch {event.progress.batchId}: {exc}")
+                logger.info(f"realtime batch {event.progress.batchId}: {exc}")
 
     def onQueryIdle(self, event) -> None:
         pass

@@ -11,9 +11,10 @@ night's query.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +28,8 @@ from skyfilter.kafka.topics import ensure_topics
 from skyfilter.plan.stream_plan import StreamPlan, probe_batch
 from skyfilter.plan.triggers import seconds
 from skyfilter.spark.internals import announce_query_stop, close_visit_caps, open_visit_caps
+
+logger = logging.getLogger(__name__)
 
 SHORTEST_INTERVAL = "5 seconds"  # Spark's spark.sql.streaming.realTimeMode.minBatchDuration
 FIRST_BOUNDARY_AHEAD_FROM_S = 30.0  # checkpoint intervals from which the first boundary is passed at start-up
@@ -44,7 +47,6 @@ class RealtimeLane(Protocol):
     local_master: bool
     query: StreamingQuery | None
     kafka_options: dict[str, str]
-    log: Callable[[str], None]
 
     def brokers(self) -> list[BrokerSpec]: ...
 
@@ -75,7 +77,7 @@ def warm_up(lane: RealtimeLane, alerts: int | None = None) -> None:
     with warm_up_ledger(lane) as ledger:
         lane.rows(probe, ledger, observed=False, warm_up=True).write.format("noop").mode("overwrite").save()
     lane.warm_up_kafka(lane.plan.output_topics(lane.brokers()), lane.plan.topic)
-    lane.log(f"realtime: warmed up on {alerts} probe alerts in {time.monotonic() - began:.1f} s")
+    logger.info(f"realtime: warmed up on {alerts} probe alerts in {time.monotonic() - began:.1f} s")
 
 
 @contextlib.contextmanager
@@ -133,9 +135,9 @@ def pass_first_boundary(lane: RealtimeLane, source: DataFrame, timeout_s: float 
             announce_query_stop(lane.spark, str(query.runId))
             query.stop()
     shutil.rmtree(checkpoint, ignore_errors=True)
-    lane.log(f"realtime: {'passed' if passed else 'could not pass'} a first checkpoint boundary before the "
-             f"night, in a {SHORTEST_INTERVAL} batch ({time.monotonic() - began:.1f} s); checkpoint interval "
-             f"from now on: {lane.interval}")
+    logger.info(f"realtime: {'passed' if passed else 'could not pass'} a first checkpoint boundary before the "
+                f"night, in a {SHORTEST_INTERVAL} batch ({time.monotonic() - began:.1f} s); checkpoint interval "
+                f"from now on: {lane.interval}")
 
 
 def boundary_pass_topic(plan: StreamPlan) -> str:

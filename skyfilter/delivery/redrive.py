@@ -13,6 +13,7 @@ version the reader never reads, stay where they are.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -24,10 +25,12 @@ from skyfilter.kafka.clients import client_settings
 from skyfilter.kafka.read_back import read_topic
 from skyfilter.schemas.wire import WireFormatError, unframe
 
+logger = logging.getLogger(__name__)
+
 SCHEMA_REASON = "schema id "  # the reasons the schema policy gives (not registered, cannot be read)
 
 
-def redrive_dead_letters(cfg: Config, topic: str, inputs: InputSchemas, checkpoint: Path, log=print) -> int:
+def redrive_dead_letters(cfg: Config, topic: str, inputs: InputSchemas, checkpoint: Path) -> int:
     """Produce again onto ``topic`` its dead letters that ``inputs`` now reads; returns how many."""
     letters_topic = f"{topic}.deadletter"
     done_file = checkpoint / "redriven.json"
@@ -36,7 +39,7 @@ def redrive_dead_letters(cfg: Config, topic: str, inputs: InputSchemas, checkpoi
     try:
         letters = read_topic(cfg, letters_topic)
     except SkyfilterError as exc:
-        log(f"re-drive: {exc}; the dead letters stay, the next start looks again")
+        logger.warning(f"re-drive: {exc}; the dead letters stay, the next start looks again")
         return 0
     for letter in letters:
         where = f"{letter.partition}/{letter.offset}"
@@ -61,6 +64,6 @@ def redrive_dead_letters(cfg: Config, topic: str, inputs: InputSchemas, checkpoi
     done_file.parent.mkdir(parents=True, exist_ok=True)
     done_file.write_text(json.dumps(sorted(done | {where for where, _ in chosen})))
     ids = sorted({unframe(letter.value)[0] for _, letter in chosen})
-    log(f"re-drove {len(chosen)} dead letter(s) of schema id(s) {', '.join(map(str, ids))} to '{topic}': the "
-        f"stream reads them now")
+    logger.info(f"re-drove {len(chosen)} dead letter(s) of schema id(s) {', '.join(map(str, ids))} to '{topic}': the "
+                f"stream reads them now")
     return len(chosen)

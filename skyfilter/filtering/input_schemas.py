@@ -17,6 +17,7 @@ be read is dead-lettered with the reason, now and after every restart.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from skyfilter.core.errors import SkyfilterError
 from skyfilter.registry.client import open_registry, subject_for
 from skyfilter.schemas.avro import clean_schema, fingerprint
 from skyfilter.schemas.reader import admit, choose_reader, family, schema_name
+
+logger = logging.getLogger(__name__)
 
 # A Real-time Mode query, which cannot look at the registry between records, stops on an id it does not know
 # with an error carrying this text; the lane then reads the registry and starts again (skyfilter/delivery/realtime.py).
@@ -155,9 +158,8 @@ def check_writer(cfg: Config, topic: str, text: str) -> tuple[str | None, bool, 
 class InputWatch:
     """Finds the versions registered for the input topic since the stream started (one registry read per check)."""
 
-    def __init__(self, cfg: Config, log=print, who: str = "stream"):
+    def __init__(self, cfg: Config, who: str = "stream"):
         self.cfg = cfg
-        self.log = log
         self.who = who  # says in the log which lane found a version
         self.registry = None
 
@@ -171,7 +173,7 @@ class InputWatch:
             found = {i: self.registry.schema(i) for i in ids if i not in schemas.readable and
                      i not in schemas.unreadable}
         except SkyfilterError as exc:
-            self.log(f"{self.who}: input schemas: {exc}; the known versions stay in use")
+            logger.info(f"{self.who}: input schemas: {exc}; the known versions stay in use")
             return None
         missing = [i for i in seen or [] if i not in schemas.known and i not in found]
         if not found and not missing:
@@ -181,8 +183,8 @@ class InputWatch:
             if schema_id in updated.readable:
                 how = (f"the reader from now on ({family(updated.reader)})" if updated.reader_id == schema_id
                        else "decoded from now on")
-                self.log(f"{self.who}: new input schema version, schema id {schema_id} "
-                         f"({schema_name(found[schema_id])}): {how}")
+                logger.info(f"{self.who}: new input schema version, schema id {schema_id} "
+                            f"({schema_name(found[schema_id])}): {how}")
             else:
-                self.log(f"{self.who}: {updated.reasons[schema_id]}; its alerts go to the dead letters")
+                logger.warning(f"{self.who}: {updated.reasons[schema_id]}; its alerts go to the dead letters")
         return updated

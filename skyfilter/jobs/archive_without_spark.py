@@ -13,6 +13,7 @@ ending, from the offsets its tables hold.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 
@@ -37,6 +38,8 @@ from skyfilter.plan.stream_plan import delivery_log_topic
 from skyfilter.plan.tables import raw_layout, table_paths
 from skyfilter.plan.triggers import AVAILABLE_NOW
 
+logger = logging.getLogger(__name__)
+
 POLL_S = 0.5
 
 
@@ -59,8 +62,8 @@ def check_layout(archive: ArchiveTarget) -> None:
 class ArchiveWithoutSpark:
     """The two writers of a stream's archive, started, watched, stopped and drained."""
 
-    def __init__(self, cfg: Config, archive: ArchiveTarget, trigger: str, log_trigger: str, log=print):
-        self.cfg, self.archive, self.log = cfg, archive, log
+    def __init__(self, cfg: Config, archive: ArchiveTarget, trigger: str, log_trigger: str):
+        self.cfg, self.archive = cfg, archive
         self.totals = StreamTotals()
         self.triggers = {LaneName.ARCHIVE: trigger, LaneName.ARCHIVE_LOG: log_trigger}
         self.queries: dict[str, WriterQuery] = {}
@@ -69,7 +72,7 @@ class ArchiveWithoutSpark:
     def serve_metrics(self) -> StreamMonitor:
         """Serve the archive's own metrics at ``monitoring.port`` (a stream job's archive process gets
         ``monitoring.archive_port``): archived counts, batch times, lag against what the tables hold."""
-        self.monitor = StreamMonitor(self.cfg, self.archive.name, self.archive.topic, self.log)
+        self.monitor = StreamMonitor(self.cfg, self.archive.name, self.archive.topic)
         checkpoint = self.cfg.checkpoint_dir / self.archive.name
         self.monitor.add_lane(LaneName.ARCHIVE, checkpoint / LaneName.ARCHIVE, self.triggers[LaneName.ARCHIVE],
                               committed=archived_offsets(self.archive))
@@ -81,7 +84,7 @@ class ArchiveWithoutSpark:
     def start(self, lane: str, trigger: str) -> WriterQuery:
         """Start one writer (``availableNow``: until its topic's end as it is now)."""
         start = start_writer if lane == LaneName.ARCHIVE else start_log_writer
-        self.queries[lane] = start(self.cfg, self.archive, trigger, self.totals.counting(self.log), self.monitor)
+        self.queries[lane] = start(self.cfg, self.archive, trigger, self.monitor, self.totals.count_line)
         return self.queries[lane]
 
     def run(self, signals: StopSignals) -> bool:
@@ -121,14 +124,14 @@ def write_running(cfg: Config, name: str, job: ArchiveWithoutSpark) -> None:
                    lanes={lane: {"trigger": trigger} for lane, trigger in job.triggers.items()})
 
 
-def run(cfg: Config, name: str, schema_text: str, available_now: bool, log=print) -> StreamTotals:
+def run(cfg: Config, name: str, schema_text: str, available_now: bool) -> StreamTotals:
     """Run the archive of a stream without Spark until told to stop (or, with ``available_now``, caught up)."""
     archive = target(cfg, cfg.topics.alerts, name, schema_text)
     check_layout(archive)
     ensure_topics(cfg, {archive.delivery_log_topic: cfg.topics.broker_partitions})
-    job = ArchiveWithoutSpark(cfg, archive, cfg.archive.trigger, cfg.archive.log_trigger, log)
+    job = ArchiveWithoutSpark(cfg, archive, cfg.archive.trigger, cfg.archive.log_trigger)
     if available_now:
-        log(f"stream '{name}' running: archive (availableNow, delta-rs, no JVM)")
+        logger.info(f"stream '{name}' running: archive (availableNow, delta-rs, no JVM)")
         job.drain()
         return job.totals
     signals = StopSignals()
@@ -137,12 +140,12 @@ def run(cfg: Config, name: str, schema_text: str, available_now: bool, log=print
     try:
         write_running(cfg, name, job)
         if monitor.url:
-            log(f"metrics at {monitor.url}")
-        log(f"stream '{name}' running: archive (trigger {cfg.archive.trigger}, log {cfg.archive.log_trigger}, "
-            f"delta-rs, no JVM)")
+            logger.info(f"metrics at {monitor.url}")
+        logger.info(f"stream '{name}' running: archive (trigger {cfg.archive.trigger}, log {cfg.archive.log_trigger}, "
+                    f"delta-rs, no JVM)")
         job.run(signals)
-        log(f"stopping on signal {signal.Signals(signals.received).name}: the archive catches up with what "
-            f"was delivered")
+        logger.info(f"stopping on signal {signal.Signals(signals.received).name}: the archive catches up with what "
+                    f"was delivered")
         signals.second_stops_at_once(archive_only=True)
         job.stop()
         job.drain()

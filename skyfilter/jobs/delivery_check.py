@@ -18,6 +18,7 @@ independent evaluations for that).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ from skyfilter.kafka.lag import LatestOffsets
 from skyfilter.kafka.read_back import read_topic
 from skyfilter.plan.outgoing import keep_every_match, match_rows
 from skyfilter.plan.tables import table_paths
+
+logger = logging.getLogger(__name__)
 
 SHOWN_IDS = 3  # alert ids a problem line names (the rest are counted)
 
@@ -92,8 +95,8 @@ class DeliveryCheck:
         return lines + [line for broker in self.brokers for line in broker.problems()]
 
 
-def check_delivery(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path, brokers_file: Path,
-                   log=print) -> DeliveryCheck:
+def check_delivery(spark: SparkSession, cfg: Config, topic: str, name: str, filters_dir: Path,
+                   brokers_file: Path) -> DeliveryCheck:
     """Compare the archive of stream ``name`` with its input ``topic``, and each broker topic with what the
     filters of ``filters_dir`` and the brokers of ``brokers_file`` select from the archive."""
     tables = table_paths(cfg, name)
@@ -107,7 +110,7 @@ def check_delivery(spark: SparkSession, cfg: Config, topic: str, name: str, filt
     brokers: list[BrokerSpec] = []
     for night in nights:
         messages, inputs = read_messages(spark, tables, NightSelection(night))
-        selected = filter_night(cfg, messages, inputs, filters_dir, brokers_file, log=log)
+        selected = filter_night(cfg, messages, inputs, filters_dir, brokers_file)
         brokers = selected.brokers
         visit_of.update({row.alert_id: row.visit_id for row in messages.select("alert_id", "visit_id").collect()})
         for row in match_rows(keep_every_match(selected.matched, brokers), brokers) \

@@ -15,6 +15,7 @@ Delta tables, exactly once, on a slower trigger).  Works the same under
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -39,6 +40,8 @@ from skyfilter.plan.stream_files import StreamFiles, read_stream_files
 from skyfilter.plan.stream_plan import build_plan, wait_for_schema
 from skyfilter.schemas.reader import schema_name
 from skyfilter.spark.session import get_spark
+
+logger = logging.getLogger("skyfilter.jobs.filter_stream")  # the same name when run as __main__
 
 ARCHIVE_START_S = 300.0  # how long the job waits for its archive process to run before saying it is running
 LANE_ORDER = (LaneName.REALTIME, LaneName.DELIVERY, LaneName.ARCHIVE)  # as the start line names them
@@ -103,13 +106,13 @@ def session_for(cfg: Config, run_plan: RunPlan):
         if run_plan.lanes == LANE_CHOICES["archive"] and cfg.archive.driver_memory else None
     cores, need = local_cores(run_plan.master), run_plan.slots.total
     if cores is not None and need > cores:
-        print(f"task slots: Spark master {run_plan.master} -> local[{need}] ({cores} for delivery, the rest for "
-              f"Real-time Mode's long-lived tasks and the archive lane)", flush=True)
+        logger.info(f"task slots: Spark master {run_plan.master} -> local[{need}] ({cores} for delivery, the rest "
+                    f"for Real-time Mode's long-lived tasks and the archive lane)")
         return get_spark(app, master=f"local[{need}]", conf=conf)
     return get_spark(app, conf=conf)
 
 
-def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
+def run(args: argparse.Namespace, spark=None) -> StreamTotals:
     """Run the stream job until it is told to stop (or, with --available-now, until caught up)."""
     cfg = load_config(args)
     topic = cfg.topics.alerts
@@ -117,22 +120,22 @@ def run(args: argparse.Namespace, spark=None, log=print) -> StreamTotals:
     files = None if args.lane == "archive" else stream_files(cfg)  # an archive alone may need none (delta-rs)
     run_plan, auto_line = settle_run(cfg, name, args.lane, args.available_now, configured_master(spark), files)
     if auto_line:
-        log(auto_line)
-    wait_until_reachable(cfg, cfg.kafka.connect_wait_s, log)
+        logger.info(auto_line)
+    wait_until_reachable(cfg, cfg.kafka.connect_wait_s)
     cfg = cfg.with_values({"stream.starting_offsets": starting_offsets(
-        cfg, topic, cfg.checkpoint_dir / name, args.available_now, log, getattr(args, "launched_at", None))})
+        cfg, topic, cfg.checkpoint_dir / name, args.available_now, getattr(args, "launched_at", None))})
     archive_only = run_plan.lanes == LANE_CHOICES["archive"]
     status = write_starting(cfg, name, topic, STARTING, archive_only)
     try:
         wait = args.wait_for_schema if args.wait_for_schema is not None else (0 if args.available_now else 1e9)
-        schema = wait_for_schema(cfg, topic, wait, log)
+        schema = wait_for_schema(cfg, topic, wait)
         if schema is None:
-            log(f"nothing to do: no schema is registered for topic '{topic}' (nothing was produced to it)")
+            logger.info(f"nothing to do: no schema is registered for topic '{topic}' (nothing was produced to it)")
             return StreamTotals()
         write_starting(cfg, name, topic, BUILDING, archive_only)
         if archive_only and run_plan.archive_writer == "delta-rs":
-            return archive_without_spark.run(cfg, name, schema[1], args.available_now, log)
-        return _run_lanes(args, cfg, run_plan, files, schema, spark, log)
+            return archive_without_spark.run(cfg, name, schema[1], args.available_now)
+        return _run_lanes(args, cfg, run_plan, files, schema, spark)
     finally:
         status.unlink(missing_ok=True)
 
@@ -143,7 +146,7 @@ def stream_files(cfg: Config) -> StreamFiles:
 
 
 def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, files: StreamFiles | None,
-               schema: tuple[int, str], spark, log) -> StreamTotals:
+               schema: tuple[int, str], spark) -> StreamTotals:
     """Build the plan, start the lanes and run them until the job is told to stop."""
     topic, name = run_plan.topic, run_plan.name
     run_plan = with_slots(run_plan, cfg)  # a local master's cores are known now, a cluster's once Spark runs
@@ -152,25 +155,25 @@ def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, files: 
     run_plan, fitted = fit_to_slots(run_plan if run_plan.local_master else with_slots(run_plan, cfg, cores),
                                     cfg, cores)
     if fitted:
-        log(fitted)
+        logger.info(fitted)
     plan = build_plan(spark, cfg, topic, name, files or stream_files(cfg), schema)
     for problem in plan.problems:
-        log(f"filter problem: {problem}")
-    log(f"stream '{name}': topic '{topic}' (schema id {plan.schema_id}, {plan.columns.family}), "
-        f"{len(plan.filters)} filter(s) enabled for {len(plan.brokers)} broker(s)")
+        logger.warning(f"filter problem: {problem}")
+    logger.info(f"stream '{name}': topic '{topic}' (schema id {plan.schema_id}, {plan.columns.family}), "
+                f"{len(plan.filters)} filter(s) enabled for {len(plan.brokers)} broker(s)")
     if len(plan.inputs.known) > 1 or plan.inputs.pinned:
-        log(f"input schema versions: ids {', '.join(map(str, plan.inputs.readable))} read as "
+        logger.info(f"input schema versions: ids {', '.join(map(str, plan.inputs.readable))} read as "
             + (f"the pinned reader {schema_name(plan.inputs.reader)}" if plan.inputs.pinned else
-               f"schema id {plan.schema_id} ({schema_name(plan.inputs.reader)}), widened")
+                    f"schema id {plan.schema_id} ({schema_name(plan.inputs.reader)}), widened")
             + "".join(f"; dead-lettered: {reason}" for reason in plan.inputs.unreadable.values()))
     if LaneName.DELIVERY in run_plan.lanes:
-        redrive_dead_letters(cfg, topic, plan.inputs, plan.checkpoint, log)
-    job = StreamJob(spark, cfg, run_plan, plan, log)
+        redrive_dead_letters(cfg, topic, plan.inputs, plan.checkpoint)
+    job = StreamJob(spark, cfg, run_plan, plan)
     try:
         if run_plan.archive_apart:
             archive = ArchiveProcess(archive_arguments(cfg, run_plan), cfg.archive.nice, job.totals,
-                                     cfg.run_dir / f"filter_stream.{name}.archive.log", log, cfg.archive.cpu_group)
-            log(f"archive lane: a process of its own, at a lower CPU priority: {archive.priority}")
+                                     cfg.run_dir / f"filter_stream.{name}.archive.log", cfg.archive.cpu_group)
+            logger.info(f"archive lane: a process of its own, at a lower CPU priority: {archive.priority}")
             job.watch_archive_process(archive.start())
         job.start()
         running = ", ".join(f"{lane} (trigger {_label(job, lane)})" for lane in LANE_ORDER
@@ -178,10 +181,11 @@ def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, files: 
         if run_plan.archive_apart:
             if not job.archive_process.wait_until_running(ARCHIVE_START_S, lambda: job.signals.received
                                                        or job.kafka.over_limit() is not None):
-                log(f"archive lane (process {job.archive_process.pid}) not running yet: delivery goes on, the "
-                    f"archive catches up once it runs")
+                logger.warning(f"archive lane (process {job.archive_process.pid}) not running yet: delivery goes on, "
+                               f"the archive catches up once it runs")
             running += f", archive (trigger {run_plan.triggers.archive}, process {job.archive_process.pid})"
-        log(f"stream '{name}' running: {running}; master {spark.sparkContext.master}, checkpoints {plan.checkpoint}")
+        logger.info(f"stream '{name}' running: {running}; master {spark.sparkContext.master}, "
+                    f"checkpoints {plan.checkpoint}")
         if args.available_now:
             job.run_available_now()
         else:
@@ -232,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> None:
         for line in summary_lines(run(args)):
-            print(line)
+            logger.info(line)
 
     return job_main("filter_stream", work, stop_is_clean=True)
 

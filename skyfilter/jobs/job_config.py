@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.log import log_to_console
 from skyfilter.local.arguments import add_config_arguments
 
 
@@ -35,6 +36,7 @@ def job_main(prog: str, work: Callable[[], object], stop_is_clean: bool = False)
     def stop(signum, _frame):
         raise StopRequested(signum)
 
+    log_to_console()
     previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)} \
         if threading.current_thread() is threading.main_thread() else {}
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import sys
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from skyfilter.jobs.job_config import add_common_arguments, job_main
 from skyfilter.local.arguments import config_from_args
 from skyfilter.plan.tables import table_paths
 from skyfilter.spark.session import get_spark
+
+logger = logging.getLogger("skyfilter.jobs.maintain")  # the same name when run as __main__
 
 DELTA_MIN_RETENTION_HOURS = 168
 
@@ -50,7 +53,7 @@ def table_size(spark, path: Path) -> tuple[int, int]:
     return int(detail.numFiles), int(detail.sizeInBytes)
 
 
-def run(args: argparse.Namespace, spark=None, log=print) -> dict[str, dict]:
+def run(args: argparse.Namespace, spark=None) -> dict[str, dict]:
     """Maintain every table of one archive; returns per table: files/bytes before and after, nights."""
     from delta.tables import DeltaTable
 
@@ -86,11 +89,12 @@ def run(args: argparse.Namespace, spark=None, log=print) -> dict[str, dict]:
         after = table_size(spark, path)
         report[table] = {"files_before": before[0], "bytes_before": before[1], "files_after": after[0],
                          "bytes_after": after[1], "nights": nights}
-        log(f"{table}: {before[0]} files, {before[1] / 1e6:.1f} MB -> {after[0]} files, {after[1] / 1e6:.1f} MB "
-            f"({len(nights)} night(s) compacted{', dropped nights before ' + horizon if horizon else ''})")
+        logger.info(f"{table}: {before[0]} files, {before[1] / 1e6:.1f} MB -> {after[0]} files, "
+                    f"{after[1] / 1e6:.1f} MB ({len(nights)} night(s) compacted"
+                    f"{', dropped nights before ' + horizon if horizon else ''})")
     if not report:
         raise SkyfilterError(f"no archive tables under {paths['alerts'].parent}")
-    log(f"maintained {len(report)} table(s) of archive '{name}' (vacuum retention {retention:g} h)")
+    logger.info(f"maintained {len(report)} table(s) of archive '{name}' (vacuum retention {retention:g} h)")
     return report
 
 

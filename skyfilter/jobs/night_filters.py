@@ -8,6 +8,7 @@ watchlists and watchmaps of the night (or of today).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from skyfilter.plan.stream_plan import resolve_filters
 from skyfilter.spark.steps import apply_steps
 from skyfilter.watch.columns import Watch, load_watch, template_columns, used_by, watch_as_of, watch_steps
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class NightFilters:
@@ -39,7 +42,7 @@ class NightFilters:
 
 
 def filter_night(cfg: Config, messages: DataFrame, inputs: InputSchemas, filters_dir: Path, brokers_file: Path,
-                 which_watch: str = "night", log=print) -> NightFilters:
+                 which_watch: str = "night") -> NightFilters:
     """Apply the filters of ``filters_dir`` and the brokers of ``brokers_file`` to a night's archived messages
     (from :func:`skyfilter.archive.night_reader.read_messages`); before any cap."""
     frame = messages.withColumn("reject_reason", F.lit(None).cast("string"))
@@ -47,10 +50,10 @@ def filter_night(cfg: Config, messages: DataFrame, inputs: InputSchemas, filters
     filters, brokers, problems = resolve_filters(frame.withColumns(template_columns(watch)),
                                                  read_stream_files(filters_dir, brokers_file))
     for problem in problems:
-        log(f"filter problem: {problem}")
+        logger.warning(f"filter problem: {problem}")
     chosen = watch.chosen(used_by(filters))
     if chosen:
-        log(f"watchlists and watchmaps ({which_watch}'s versions): {Watch(chosen).describe()}")
+        logger.info(f"watchlists and watchmaps ({which_watch}'s versions): {Watch(chosen).describe()}")
     position = detect(inputs.reader, cfg)
     frame = apply_steps(frame, watch_steps(chosen, position.ra, position.dec, is_accepted()))
     return NightFilters(frame, add_broker_matches(add_filter_columns(frame, filters, is_accepted()), brokers),

@@ -16,6 +16,7 @@ it was then (Delta time travel).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,8 @@ from skyfilter.plan.stream_plan import configured_cutouts
 from skyfilter.plan.tables import table_paths
 from skyfilter.registry.client import open_registry
 from skyfilter.spark.session import get_spark
+
+logger = logging.getLogger("skyfilter.jobs.replay_night")  # the same name when run as __main__
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -93,7 +96,7 @@ def speed_factor(text: str) -> float | None:
 
 
 def restream(cfg: Config, messages: DataFrame, inputs: InputSchemas, topic: str, speed: float | None,
-             progress: bool, log=print) -> dict:
+             progress: bool) -> dict:
     """Send the night's messages to ``topic`` in original order, partition and visit cadence."""
     from confluent_kafka import Producer
     from tqdm import tqdm
@@ -149,10 +152,10 @@ def restream(cfg: Config, messages: DataFrame, inputs: InputSchemas, topic: str,
     return {"alerts": total, "visits": len(starts), "elapsed": time.time() - began}
 
 
-def refilter(spark, cfg: Config, messages: DataFrame, inputs: InputSchemas, args: argparse.Namespace, name: str,
-             log=print) -> dict:
+def refilter(spark, cfg: Config, messages: DataFrame, inputs: InputSchemas, args: argparse.Namespace,
+             name: str) -> dict:
     """Apply the filters to the night in batch; matches to Delta (and to the broker topics)."""
-    night = filter_night(cfg, messages, inputs, Path(args.filters_dir), Path(args.brokers), args.watch, log)
+    night = filter_night(cfg, messages, inputs, Path(args.filters_dir), Path(args.brokers), args.watch)
     brokers = night.brokers
     decided = VisitCaps().decide(night.matched, brokers).persist()  # whole visits: lowest alert ids kept
     if args.to_brokers:
@@ -176,7 +179,7 @@ def matches_table(cfg: Config, args: argparse.Namespace, name: str) -> Path:
     return Path(args.matches_table) if args.matches_table else cfg.delta_dir / name / "rematches"
 
 
-def show_matches(spark, table: Path, night: str, limit: int, log=print) -> dict:
+def show_matches(spark, table: Path, night: str, limit: int) -> dict:
     """Read a night's re-filtered matches back: counts per broker and filter, then the first ``limit`` rows."""
     from skyfilter.plan.tables import is_table
 
@@ -189,11 +192,11 @@ def show_matches(spark, table: Path, night: str, limit: int, log=print) -> dict:
     by_filter = {r.filter: r["count"] for r in rows.select(F.explode("filters").alias("filter"))
                  .groupBy("filter").count().collect()}
     for broker, count in sorted(by_broker.items()):
-        log(f"  broker {broker}: {count} alerts")
+        logger.info(f"  broker {broker}: {count} alerts")
     for name, count in sorted(by_filter.items()):
-        log(f"  filter {name}: {count} matches")
+        logger.info(f"  filter {name}: {count} matches")
     for row in rows.orderBy("visit_id", "alert_id", "broker").limit(limit).collect():
-        log(f"  visit {row.visit_id} alert {row.alert_id} -> {row.broker} ({', '.join(row.filters)})"
+        logger.info(f"  visit {row.visit_id} alert {row.alert_id} -> {row.broker} ({', '.join(row.filters)})"
             + watch_phrase(row.asDict().get("watch")))
     return {"matches": sum(by_broker.values()), "by_broker": by_broker, "by_filter": by_filter, "table": str(table)}
 
@@ -210,7 +213,7 @@ def watch_phrase(matches: list | None) -> str:
     return f" [{'; '.join(parts)}]" if parts else ""
 
 
-def run(args: argparse.Namespace, spark=None, log=print) -> dict:
+def run(args: argparse.Namespace, spark=None) -> dict:
     """Replay or re-filter one night; returns the figures of the summary line."""
     cfg = act_as(config_from_args(args), "pipeline")
     name = args.name or cfg.topics.alerts
@@ -220,28 +223,29 @@ def run(args: argparse.Namespace, spark=None, log=print) -> dict:
     spark = spark or get_spark(f"skyfilter-replay-{name}")
     if args.night == "last":
         args.night = last_night(spark, table_paths(cfg, name))
-        log(f"night {args.night}: the latest night in the archive '{name}'")
+        logger.info(f"night {args.night}: the latest night in the archive '{name}'")
     selection = NightSelection(args.night, parse_visits(args.visits), args.as_of_version, args.as_of_timestamp)
     began = time.time()
     if args.show_matches and not args.filters_dir:
-        result = show_matches(spark, matches_table(cfg, args, name), args.night, args.limit, log)
-        log(f"night {args.night}: {result['matches']} re-filtered matches in {result['table']}")
+        result = show_matches(spark, matches_table(cfg, args, name), args.night, args.limit)
+        logger.info(f"night {args.night}: {result['matches']} re-filtered matches in {result['table']}")
         return result
     messages, inputs = read_messages(spark, table_paths(cfg, name), selection)
     if messages.limit(1).count() == 0:
         raise SkyfilterError(f"the archive '{name}' has no alerts for night {args.night}")
     if args.to_topic:
-        result = restream(cfg, messages, inputs, args.to_topic, speed, not args.no_progress, log)
+        result = restream(cfg, messages, inputs, args.to_topic, speed, not args.no_progress)
         result["elapsed"] = time.time() - began
-        log(f"replayed {result['alerts']} alerts of night {args.night} ({result['visits']} visits) to "
-            f"'{args.to_topic}' in {result['elapsed']:.1f} s: {result['alerts'] / result['elapsed']:.0f} alerts/s")
+        logger.info(f"replayed {result['alerts']} alerts of night {args.night} ({result['visits']} visits) to "
+                    f"'{args.to_topic}' in {result['elapsed']:.1f} s: "
+                    f"{result['alerts'] / result['elapsed']:.0f} alerts/s")
     else:
-        result = refilter(spark, cfg, messages, inputs, args, name, log)
+        result = refilter(spark, cfg, messages, inputs, args, name)
         result["elapsed"] = time.time() - began
         for broker, count in result["by_broker"].items():
-            log(f"  broker {broker}: {count} alerts")
-        log(f"re-filtered {result['alerts']} alerts of night {args.night}: {result['matches']} matches "
-            f"in {result['elapsed']:.1f} s, written to {result['table']} (read them back: --show-matches)")
+            logger.info(f"  broker {broker}: {count} alerts")
+        logger.info(f"re-filtered {result['alerts']} alerts of night {args.night}: {result['matches']} matches "
+                    f"in {result['elapsed']:.1f} s, written to {result['table']} (read them back: --show-matches)")
     return result
 
 

@@ -41,7 +41,7 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return
 
-        def at_once(signum, _frame):
+        def at_once(signum, _frame):  # print, not logging: a log handler's lock may be held where it interrupts
             print(f"second {signal.Signals(signum).name}: stopping at once; the next start resumes from the "
                   f"checkpoints", file=sys.stderr, flush=True)
             os._exit(128 + signum)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import signal
 import time
@@ -58,6 +59,8 @@ from skyfilter.plan.stream_plan import PlanCell, StreamPlan
 from skyfilter.plan.triggers import trigger_keywords
 from skyfilter.spark.session import scheduler_pool
 
+logger = logging.getLogger(__name__)
+
 STOP_BETWEEN_BATCHES_S = 20.0  # how long a stop waits for the micro-batches under way to finish
 INPUT_CHECK_SECONDS = 2.0  # how often the main loop looks for new input schema versions for Real-time Mode
 
@@ -65,7 +68,7 @@ INPUT_CHECK_SECONDS = 2.0  # how often the main loop looks for new input schema 
 class StreamJob:
     """Starts the lanes of a stream, keeps its status file current, and stops them."""
 
-    def __init__(self, spark: SparkSession, cfg: Config, run_plan: RunPlan, plan: StreamPlan, log=print):
+    def __init__(self, spark: SparkSession, cfg: Config, run_plan: RunPlan, plan: StreamPlan):
         self.spark = spark
         self.cfg = cfg
         self.run_plan = run_plan  # what this run decided before it started (skyfilter/plan/run_plan.py)
@@ -75,10 +78,9 @@ class StreamJob:
         self.slots = run_plan.slots
         # the lanes this process runs: an archive in a process of its own is that process's
         self.lanes = run_plan.lanes - {LaneName.ARCHIVE} if run_plan.archive_apart else run_plan.lanes
-        self.log = log
         self.totals = StreamTotals()
-        self.monitor = StreamMonitor(cfg, plan.name, plan.topic, log)
-        self.services = LaneServices(spark, cfg, self.cell, spark_sink_options(cfg), self.monitor, self.totals, log)
+        self.monitor = StreamMonitor(cfg, plan.name, plan.topic)
+        self.services = LaneServices(spark, cfg, self.cell, spark_sink_options(cfg), self.monitor, self.totals)
         self.queries: dict[str, StreamingQuery] = {}
         self.realtime: RealtimeLane | None = None
         self.summaries: SummaryWriter | None = None
@@ -92,7 +94,7 @@ class StreamJob:
         self.recovered: set[str] = set()
         self.inputs_checked_at = time.monotonic()
         self.signals = StopSignals()  # the first SIGTERM/SIGINT asks wait() for a clean stop
-        self.kafka = KafkaWatch(cfg, log)  # from start() on, so an outage is reported whatever the job waits for
+        self.kafka = KafkaWatch(cfg)  # from start() on, so an outage is reported whatever the job waits for
 
     # ----------------------------------------------------------------- start
     def start(self) -> None:
@@ -112,9 +114,9 @@ class StreamJob:
         if self.archive is not None and not self.triggers.available_now:
             self._start_archive(self.triggers.archive, self.triggers.archive_log)
         if self.realtime is not None and not wait_until_reading(self.realtime):
-            self.log("realtime: the Real-time Mode tasks had not started 120 s after the query did")
+            logger.warning("realtime: the Real-time Mode tasks had not started 120 s after the query did")
         if self.monitor.url:
-            self.log(f"metrics at {self.monitor.url}")
+            logger.info(f"metrics at {self.monitor.url}")
 
     def watch_archive_process(self, process: ArchiveProcess) -> None:
         """The archive lane runs in ``process``: its lag is measured here too, it is restarted if it dies, and it
@@ -133,18 +135,18 @@ class StreamJob:
     def _start_delivery(self) -> None:
         cfg = self.cfg
         self.spark.conf.set(*V1_SOURCES_WITHOUT_KAFKA)
-        quarantine = Quarantine(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"), self.log)
+        quarantine = Quarantine(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"))
         plan = self.cell.current  # without the filters an earlier run quarantined
         if cfg.stream.hot_reload:
             self.reloader = PlanReloader(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"),
-                                         cfg.path("stream.brokers"), self.log, quarantine.held_off)
+                                         cfg.path("stream.brokers"), quarantine.held_off)
         realtime = self.run_plan.realtime
         local_master = local_cores(self.spark.sparkContext.master) is not None
         settings = cfg.stream.realtime
         if realtime:
             self._check_slots()
             self.reader = reader_name(self.spark, plan.name, local_master)
-            self.log(split_line(plan, settings))
+            logger.info(split_line(plan, settings))
             source = marked_reads(self.spark, self.reader, self._source(LaneName.REALTIME).load())
             self.realtime = RealtimeLane(self.services, source,
                                          self.triggers.realtime_interval, self.summaries, quarantine, local_master)
@@ -196,8 +198,8 @@ class StreamJob:
         """
         if lane in (LaneName.ARCHIVE, LaneName.ARCHIVE_LOG) and self.run_plan.archive_writer == "delta-rs":
             start = start_writer if lane == LaneName.ARCHIVE else start_log_writer
-            query = self.queries[lane] = start(self.cfg, self.cell.current, trigger, self.totals.counting(self.log),
-                                               self.monitor)
+            query = self.queries[lane] = start(self.cfg, self.cell.current, trigger, self.monitor,
+                                               self.totals.count_line)
             self.triggered[lane] = trigger
             return query
         batch_function, topics, bound, tasks = self._lane_function(lane)
@@ -229,8 +231,8 @@ class StreamJob:
             return None
         self.recovered.add(lane)
         self.monitor.restarted(lane)
-        self.log(f"{lane} lane: Spark failed reporting the progress of the batch recovered from its "
-                 f"checkpoint (SPARK-55271); that batch is committed, so the lane restarts after it")
+        logger.warning(f"{lane} lane: Spark failed reporting the progress of the batch recovered from its "
+                       f"checkpoint (SPARK-55271); that batch is committed, so the lane restarts after it")
         return self._start_batches(lane, self.triggered[lane])
 
     def _source(self, lane: str, topics: list[str] | None = None, starting: str | None = None):
@@ -316,8 +318,8 @@ class StreamJob:
                 if outage is not None:
                     raise outage
                 if self.signals.received is not None:
-                    self.log(f"stopping on signal {signal.Signals(self.signals.received).name}" + (
-                        ": the archive catches up with what was delivered (the same signal again stops at once)"
+                    logger.info(f"stopping on signal {signal.Signals(self.signals.received).name}" + (
+                                ": the archive catches up with what was delivered (the same signal again stops at once)"
                         if self.archive is not None or self.archive_process is not None else ""))
                     drain = True
                     break
@@ -325,7 +327,7 @@ class StreamJob:
                 last_input = max(self.totals.last_input_at, arrivals.last_growth() if arrivals else 0.0)
                 if idle_s is not None and last_input and self._idle() and self.kafka.down_since is None \
                         and time.time() - max(last_input, self.kafka.back_at) > idle_s:
-                    self.log(f"no new alerts for {idle_s:.0f} s: stopping")
+                    logger.info(f"no new alerts for {idle_s:.0f} s: stopping")
                     drain = True
                     break
         finally:
@@ -398,8 +400,8 @@ class StreamJob:
             query = self.queries.pop(lane, None)
             if query is not None and query.isActive:
                 if lane != LaneName.REALTIME and not between_batches(query, deadline):
-                    self.log(f"{lane} lane: its batch was still running {STOP_BETWEEN_BATCHES_S:.0f} s after the "
-                             f"stop began: stopped in it (the next start runs it again)")
+                    logger.info(f"{lane} lane: its batch was still running {STOP_BETWEEN_BATCHES_S:.0f} s after the "
+                                f"stop began: stopped in it (the next start runs it again)")
                 query.stop()
 
     def close(self) -> None:

@@ -85,17 +85,17 @@ def read_log(spark: SparkSession, cfg: Config, topic: str, since_ms: int | None 
     return reader.load().select(F.col("value").cast("string").alias("json"), F.col("timestamp"))
 
 
-def batch_records(log: DataFrame) -> DataFrame:
-    """The ``batch`` records of a log frame (column ``json``), parsed."""
+def batch_records(frame: DataFrame) -> DataFrame:
+    """The ``batch`` records of a delivery-log frame (column ``json``), parsed."""
     parsed = F.from_json("json", BATCH_SCHEMA)
-    return log.where(F.get_json_object("json", "$.kind") == KIND_BATCH).select(parsed.alias("b")).select("b.*")
+    return frame.where(F.get_json_object("json", "$.kind") == KIND_BATCH).select(parsed.alias("b")).select("b.*")
 
 
-def match_records(log: DataFrame) -> DataFrame:
-    """The ``match`` records of a log frame (columns ``json`` and ``timestamp``), parsed; ``delivered_at`` is
-    the record's own Kafka append time, written with the broker messages."""
+def match_records(frame: DataFrame) -> DataFrame:
+    """The ``match`` records of a delivery-log frame (columns ``json`` and ``timestamp``), parsed;
+    ``delivered_at`` is the record's own Kafka append time, written with the broker messages."""
     parsed = F.from_json("json", MATCH_SCHEMA)
-    return log.where(F.get_json_object("json", "$.kind") == "match") \
+    return frame.where(F.get_json_object("json", "$.kind") == "match") \
         .select(parsed.alias("m"), F.col("timestamp").alias("delivered_at")).select("m.*", "delivered_at")
 
 

@@ -10,9 +10,9 @@ clear error when an outage lasts longer than ``kafka.outage_limit_s``.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -22,8 +22,10 @@ from skyfilter.core.errors import SkyfilterError
 from skyfilter.kafka.lag import LatestOffsets, committed_offsets
 from skyfilter.kafka.topics import admin_client, check_reachable
 
+logger = logging.getLogger(__name__)
 
-def wait_until_reachable(cfg: Config, wait_s: float, log: Callable[[str], None] = print) -> None:
+
+def wait_until_reachable(cfg: Config, wait_s: float) -> None:
     """Return once Kafka answers; after ``wait_s`` seconds of trying, raise the one-line error."""
     deadline = time.monotonic() + wait_s
     announced = False
@@ -31,14 +33,14 @@ def wait_until_reachable(cfg: Config, wait_s: float, log: Callable[[str], None] 
         try:
             check_reachable(cfg, timeout=5.0)
             if announced:
-                log(f"Kafka at {cfg.bootstrap_servers} answers: starting")
+                logger.info(f"Kafka at {cfg.bootstrap_servers} answers: starting")
             return
         except SkyfilterError:
             if time.monotonic() >= deadline:
                 raise
             if not announced:
-                log(f"Kafka at {cfg.bootstrap_servers} does not answer yet: retrying every 5 s for up to "
-                    f"{wait_s:.0f} s (kafka.connect_wait_s)")
+                logger.info(f"Kafka at {cfg.bootstrap_servers} does not answer yet: retrying every 5 s for up to "
+                            f"{wait_s:.0f} s (kafka.connect_wait_s)")
                 announced = True
             time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
 
@@ -46,9 +48,8 @@ def wait_until_reachable(cfg: Config, wait_s: float, log: Callable[[str], None] 
 class KafkaWatch:
     """A daemon thread that probes Kafka every ``interval_s`` seconds while a query runs."""
 
-    def __init__(self, cfg: Config, log: Callable[[str], None] = print, interval_s: float = 5.0):
+    def __init__(self, cfg: Config, interval_s: float = 5.0):
         self.cfg = cfg
-        self.log = log
         self.interval_s = interval_s
         self.limit_s = cfg.kafka.outage_limit_s
         self.down_since: float | None = None
@@ -85,13 +86,13 @@ class KafkaWatch:
                 reachable = False
             if not reachable and self.down_since is None:
                 self.down_since = time.monotonic()
-                self.log(f"Kafka at {self.cfg.bootstrap_servers} is unreachable: the stream waits and resumes "
-                         f"from its checkpoint when it returns (stops after {self.limit_s:.0f} s)")
+                logger.warning(f"Kafka at {self.cfg.bootstrap_servers} is unreachable: the stream waits and resumes "
+                               f"from its checkpoint when it returns (stops after {self.limit_s:.0f} s)")
             elif reachable and self.down_since is not None:
                 away = time.monotonic() - self.down_since
                 self.down_since = None
                 self.back_at = time.time()
-                self.log(f"Kafka at {self.cfg.bootstrap_servers} is reachable again after {away:.0f} s: resuming")
+                logger.info(f"Kafka at {self.cfg.bootstrap_servers} is reachable again after {away:.0f} s: resuming")
 
 
 class InputArrivals:

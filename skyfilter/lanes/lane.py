@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
@@ -18,6 +18,8 @@ from skyfilter.plan.outputs import prepare_outputs, register_writers
 from skyfilter.plan.stream_plan import PlanCell, StreamPlan, template_frame
 from skyfilter.registry.client import open_registry
 from skyfilter.spark.internals import warm_up_kafka_clients
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,6 @@ class LaneServices:
     kafka_options: dict[str, str]  # the Kafka sink's connection settings
     monitor: StreamMonitor
     totals: StreamTotals
-    log: Callable[[str], None] = print
 
 
 class Lane:
@@ -57,8 +58,7 @@ class Lane:
         self.kafka_options = {**services.kafka_options, "kafka.client.id": f"skyfilter-{name}"}
         self.monitor = services.monitor
         self.totals = services.totals
-        self.log = services.log
-        self.input_watch = InputWatch(self.cfg, self.log, f"{name} lane")
+        self.input_watch = InputWatch(self.cfg, f"{name} lane")
 
     def take_plan(self) -> StreamPlan:
         """Take the plan in force now for the batch that starts (a swap never lands in the middle of a batch)."""
@@ -92,7 +92,7 @@ class Lane:
             for topic in full:
                 register_writers(registry, topic, new)
         except SkyfilterError as exc:
-            self.log(f"input schemas: {exc}")
+            logger.info(f"input schemas: {exc}")
 
     def _with_reader(self, plan: StreamPlan, inputs: InputSchemas) -> StreamPlan:
         """``plan`` reading its input as ``inputs``' new reader: the outputs built from the reader (``nocutouts``,
@@ -101,7 +101,7 @@ class Lane:
         try:
             encodings = prepare_outputs(self.cfg, template, inputs, plan.cutouts, plan.brokers, plan.filters)
         except SkyfilterError as exc:
-            self.log(f"input schemas: {exc}; the outputs keep their schemas")
+            logger.info(f"input schemas: {exc}; the outputs keep their schemas")
             encodings = plan.encodings
         return replace(plan, inputs=inputs, encodings=encodings)
 

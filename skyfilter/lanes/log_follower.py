@@ -14,6 +14,7 @@ hands each record to the handlers registered for its kind, in every mode.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -21,16 +22,17 @@ from collections.abc import Callable
 from skyfilter.core.config import Config
 from skyfilter.kafka.clients import client_settings
 
+logger = logging.getLogger(__name__)
+
 Handler = Callable[[dict, int], None]  # (record, its Kafka timestamp in ms)
 
 
 class DeliveryLogFollower:
     """A consumer at the end of the delivery log handing records to handlers."""
 
-    def __init__(self, cfg: Config, topic: str, log=print):
+    def __init__(self, cfg: Config, topic: str):
         self.cfg = cfg
         self.topic = topic
-        self.log = log
         self.handlers: dict[str, list[Handler]] = {}
         self.stopping = threading.Event()
         self.ready = threading.Event()  # assigned at the topics' ends: records from now on are seen
@@ -63,8 +65,8 @@ class DeliveryLogFollower:
                     if message.error() is None:
                         self._hand(message)
         except Exception as exc:  # noqa: BLE001 - the follower must never take the stream down
-            self.log(f"monitoring: the delivery log follower stopped ({exc}); latency and matches are then "
-                     f"counted at checkpoints only")
+            logger.info(f"monitoring: the delivery log follower stopped ({exc}); latency and matches are then "
+                        f"counted at checkpoints only")
         finally:
             self.ready.set()
             consumer.close()

@@ -17,6 +17,7 @@ line is logged.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -32,6 +33,8 @@ from skyfilter.kafka.lag import LatestOffsets, committed_offsets, lag_per_partit
 from skyfilter.lanes.log_follower import DeliveryLogFollower
 from skyfilter.lanes.read_positions import OldestUnread, Positions, consumer_group
 from skyfilter.lanes.recent_latency import LATENCY_BUCKETS, RecentLatency
+
+logger = logging.getLogger(__name__)
 
 FILTER_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0)  # seconds per batch
 STATISTICS = ("p50", "p95", "p99")  # a batch's latency figures, in the order of its quantiles
@@ -57,11 +60,10 @@ class LaneState:
 class StreamMonitor:
     """The metrics of one stream's lanes: updated per batch, served over HTTP when ``monitoring.port`` is set."""
 
-    def __init__(self, cfg: Config, stream: str, topic: str, log=print):
+    def __init__(self, cfg: Config, stream: str, topic: str):
         self.cfg = cfg
         self.stream = stream
         self.topic = topic
-        self.log = log
         self.run_id = uuid.uuid4().hex[:12]
         self.lanes: dict[str, LaneState] = {}
         self.lag_interval_s = cfg.monitoring.lag_interval_s
@@ -141,7 +143,7 @@ class StreamMonitor:
 
     def follow(self, log_topic: str) -> DeliveryLogFollower:
         """Hear the stream's delivery log from now on: latency, matches and dead letters as they come."""
-        self.follower = DeliveryLogFollower(self.cfg, log_topic, self.log)
+        self.follower = DeliveryLogFollower(self.cfg, log_topic)
         self.follower.on("match", self._delivered)
         self.follower.on("dead_letter", lambda record, _ms: self.dead_letters.labels(
             self.stream, record.get("lane") or "delivery").inc())
@@ -168,8 +170,8 @@ class StreamMonitor:
             self.server, _ = start_http_server(int(port), addr=host, registry=self.registry)
             self.url = f"http://{host}:{self.server.server_port}/metrics"
         except OSError as exc:
-            self.log(f"metrics endpoint not started: {host}:{port} is not available ({exc.strerror}); "
-                     f"set monitoring.port to a free port (the stream runs on without it)")
+            logger.warning(f"metrics endpoint not started: {host}:{port} is not available ({exc.strerror}); "
+                           f"set monitoring.port to a free port (the stream runs on without it)")
 
     def add_lane(self, lane: str, checkpoint: Path, trigger: str, topic: str | None = None,
                  committed: Positions | None = None, rows_read: Callable[[], int] | None = None) -> None:
@@ -202,7 +204,7 @@ class StreamMonitor:
                 if state.topic == self.topic:
                     self._commit(oldest, consumer_group(self.stream, lane), positions)
         except Exception as exc:  # noqa: BLE001 - SkyfilterError, KafkaException: it costs the lag, not the stream
-            self.log(f"consumer lag not measured: {exc}")
+            logger.warning(f"consumer lag not measured: {exc}")
             return {}
         for partition, behind in state.lag.items():
             self.lag.labels(self.stream, lane, state.topic, str(partition)).set(behind)
@@ -217,8 +219,8 @@ class StreamMonitor:
         except Exception as exc:  # noqa: BLE001 - KafkaException: the group is for kafka_exporter and Burrow only
             if group not in self.commit_failed:
                 self.commit_failed.add(group)
-                self.log(f"consumer group {group}: read positions not committed ({exc}); retried every "
-                         f"{self.lag_interval_s:g} s, the stream is not affected")
+                logger.warning(f"consumer group {group}: read positions not committed ({exc}); retried every "
+                               f"{self.lag_interval_s:g} s, the stream is not affected")
 
     def _measure_between_batches(self) -> None:
         """Every ``monitoring.lag_interval_s``, each lane's lag in alerts and seconds, in a thread of its own

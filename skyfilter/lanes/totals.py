@@ -68,13 +68,6 @@ class StreamTotals:
         elif batch := LOG_LINE.match(line):
             self.add_logged(int(batch["matches"]))
 
-    def counting(self, log):
-        """``log`` that also counts the archive batches of the lines it is given (see :meth:`count_line`)."""
-        def counted(line: str) -> None:
-            self.count_line(line)
-            log(line)
-        return counted
-
     def add_logged(self, matches: int) -> None:
         """Count the match records of one batch of the archive lane's delivery-log query."""
         with self.lock:

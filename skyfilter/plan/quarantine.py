@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -28,6 +29,8 @@ from skyfilter.kafka.topics import ensure_topics
 from skyfilter.local.processes import write_whole
 from skyfilter.plan.stream_plan import PlanCell, StreamPlan
 from skyfilter.plan.tables import append, is_table
+
+logger = logging.getLogger(__name__)
 
 STATUS_SCHEMA = T.StructType([
     T.StructField("stream", T.StringType()), T.StructField("filter", T.StringType()),
@@ -59,11 +62,10 @@ def without_filter(plan: StreamPlan, name: str) -> StreamPlan:
 class Quarantine:
     """Watches each batch's Python filter errors and timings; disables offenders."""
 
-    def __init__(self, spark: SparkSession, cfg: Config, cell: PlanCell, filters_dir: Path, log=print):
+    def __init__(self, spark: SparkSession, cfg: Config, cell: PlanCell, filters_dir: Path):
         self.spark = spark
         self.cfg = cfg
         self.cell = cell
-        self.log = log
         self.budget = cfg.stream.filter_time_budget_s
         self.errors_topic = cfg.topics.errors
         self.table = cell.current.tables["filter_status"]
@@ -115,7 +117,8 @@ class Quarantine:
             state = self.states.get(name)
             if row.state == "quarantined" and state and state.state == "enabled" and state.digest == row.digest:
                 self._disable(name, f"still quarantined (since batch {row.batch_id}): {row.reason}")
-                self.log(f"filter '{name}' stays quarantined: its file has not changed since batch {row.batch_id}")
+                logger.warning(f"filter '{name}' stays quarantined: its file has not changed since batch "
+                               f"{row.batch_id}")
 
     @property
     def plan(self) -> StreamPlan:
@@ -152,7 +155,7 @@ class Quarantine:
         rows, events = [], []
         for name, (reason, sample) in reasons.items():
             brokers = self._disable(name, reason)
-            self.log(f"filter '{name}' quarantined from the next batch on: {reason}")
+            logger.warning(f"filter '{name}' quarantined from the next batch on: {reason}")
             rows.append((self.plan.name, name, self.states[name].digest, "quarantined", reason, brokers,
                          sample, batch_id, now))
             events += [{"stream": self.plan.name, "broker": broker, "filter": name, "error": reason,
@@ -171,7 +174,7 @@ class Quarantine:
         for event in events:
             producer.produce(self.errors_topic, key=event["filter"].encode(), value=json.dumps(event).encode())
         if producer.flush(30):
-            self.log(f"could not publish {len(events)} quarantine event(s) to '{self.errors_topic}'")
+            logger.warning(f"could not publish {len(events)} quarantine event(s) to '{self.errors_topic}'")
 
     def _save(self) -> None:
         path = self.cfg.filter_states_file(self.plan.name)

@@ -12,6 +12,7 @@ or counted twice.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +28,8 @@ from skyfilter.plan.stream_files import read_stream_files
 from skyfilter.plan.stream_plan import PlanCell, StreamPlan, resolve_filters, template_frame
 from skyfilter.watch.columns import Watch, load_watch, used_by
 from skyfilter.watch.store import fingerprint as watch_fingerprint
+
+logger = logging.getLogger(__name__)
 
 
 def files_fingerprint(filters_dir: Path, brokers_file: Path) -> tuple:
@@ -49,13 +52,12 @@ class PlanReloader:
     """Watches a running stream's filter and broker files and swaps a new plan in when they change."""
 
     def __init__(self, spark: SparkSession, cfg: Config, cell: PlanCell, filters_dir: Path, brokers_file: Path,
-                 log=print, held_off=dict):
+                 held_off=dict):
         self.spark = spark
         self.cfg = cfg
         self.cell = cell
         self.filters_dir = filters_dir
         self.brokers_file = brokers_file
-        self.log = log
         self.held_off = held_off  # () -> {filter name: digest} of quarantined filters, which a reload leaves off
         self.fingerprint = self._fingerprint()
         self.lock = threading.Lock()  # the micro-batch lane and, in Real-time Mode, the job's main loop check
@@ -79,7 +81,7 @@ class PlanReloader:
         try:
             brokers = load_brokers(self.brokers_file)
         except SkyfilterError as exc:
-            self.log(f"reload: {exc}; the previous brokers stay in place")
+            logger.info(f"reload: {exc}; the previous brokers stay in place")
             brokers = list(plan.brokers)
         files = read_stream_files(self.filters_dir, self.brokers_file, brokers)
         watch = load_watch(self.cfg)
@@ -93,16 +95,16 @@ class PlanReloader:
         try:
             encodings = prepare_outputs(self.cfg, template, plan.inputs, plan.cutouts, brokers, filters)
         except SkyfilterError as exc:
-            self.log(f"reload: {exc}; keeping the previous filters and brokers")
+            logger.info(f"reload: {exc}; keeping the previous filters and brokers")
             return False
         changes = "; ".join(c for c in (describe_changes(plan, filters, brokers),
                                         describe_watch(plan.watch, watch, used_by(filters))) if c)
         for problem in problems:
             kept = isinstance(problem, FilterProblem) and problem.path.stem in {f.name for f in filters}
-            self.log(f"reload: {problem}" + ("; its previous version keeps running" if kept else ""))
+            logger.warning(f"reload: {problem}" + ("; its previous version keeps running" if kept else ""))
         self.cell.update(lambda current: replace(current, filters=filters, brokers=brokers, encodings=encodings,
                                                  problems=problems, watch=watch, files=files))
-        self.log(f"reload: {changes or 'no change to the running filters or brokers'}")
+        logger.info(f"reload: {changes or 'no change to the running filters or brokers'}")
         return bool(changes)
 
 

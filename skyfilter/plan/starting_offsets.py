@@ -22,6 +22,7 @@ topics (the archive's query over the delivery log) reads them from their start
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -29,10 +30,12 @@ from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.kafka.lag import LatestOffsets
 
+logger = logging.getLogger(__name__)
+
 CHOICES = ("auto", "latest", "earliest")
 
 
-def starting_offsets(cfg: Config, topic: str, checkpoint: Path, available_now: bool, log=print,
+def starting_offsets(cfg: Config, topic: str, checkpoint: Path, available_now: bool,
                      launched_at: float | None = None) -> str:
     """The Spark ``startingOffsets`` of a stream whose checkpoint folder is ``checkpoint``, decided now;
     ``launched_at``: when the job was launched (``auto`` reads what was appended since; default now)."""
@@ -53,8 +56,8 @@ def starting_offsets(cfg: Config, topic: str, checkpoint: Path, available_now: b
     finally:
         latest.close()
     before, since = sum(starts.values()), sum(ends.values()) - sum(starts.values())
-    log(f"starting offsets: topic '{topic}' holds {before:,} message(s) from before this stream was launched; "
-        f"they are not read (--starting-offsets earliest reads them)"
+    logger.info(f"starting offsets: topic '{topic}' holds {before:,} message(s) from before this stream was launched; "
+                f"they are not read (--starting-offsets earliest reads them)"
         + (f"; the {since:,} appended since are" if since else ""))
     return json.dumps({topic: {str(p): offset for p, offset in sorted(starts.items())}})
 

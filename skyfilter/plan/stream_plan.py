@@ -7,6 +7,7 @@ brokers) can build a fresh plan and swap it in between two batches.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,8 @@ from skyfilter.watch.columns import (
     template_columns,
     used_by,
 )
+
+logger = logging.getLogger(__name__)
 
 KAFKA_SOURCE_SCHEMA = T.StructType([
     T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
@@ -194,7 +197,7 @@ def reader_schema_json(definition: dict, cutouts: list[str]) -> str:
     return schema_text(without_fields(definition, cutouts, suffix=None))
 
 
-def wait_for_schema(cfg: Config, topic: str, wait_s: float, log=print) -> tuple[int, str] | None:
+def wait_for_schema(cfg: Config, topic: str, wait_s: float) -> tuple[int, str] | None:
     """The (id, schema) registered for a topic, waiting up to ``wait_s`` seconds for a producer."""
     registry = open_registry(cfg)
     deadline = time.monotonic() + wait_s
@@ -204,7 +207,7 @@ def wait_for_schema(cfg: Config, topic: str, wait_s: float, log=print) -> tuple[
         if found or time.monotonic() >= deadline:
             return found
         if not announced:
-            log(f"waiting for a producer to register the schema of topic '{topic}'...")
+            logger.info(f"waiting for a producer to register the schema of topic '{topic}'...")
             announced = True
         time.sleep(2.0)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from skyfilter.core.alert_columns import current_night
@@ -12,6 +13,8 @@ from skyfilter.producers.produce import AlertSource, ProduceReport, run_producer
 from skyfilter.producers.sources import FileSource, SimulatedSource
 from skyfilter.registry.client import open_registry, subject_for
 from skyfilter.schemas.avro import rubin_schema
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -34,7 +37,7 @@ class ProduceOptions:
     ahead: bool = False  # serialize every simulated visit before the first is sent (SimulatedSource)
 
 
-def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
+def produce(cfg: Config, options: ProduceOptions) -> ProduceReport:
     """Produce simulated or replayed alerts as the options say; returns the report."""
     topic = options.topic or cfg.topics.alerts
     cfg = act_as(cfg, "producer")
@@ -56,11 +59,11 @@ def produce(cfg: Config, options: ProduceOptions, log=print) -> ProduceReport:
             stamps=cfg.simulation.stamps if options.stamps is None else options.stamps,
             history_length=cfg.simulation.history_length, interval_s=interval,
             first_visit=options.first_visit, ahead=options.ahead)
-    return send_source(cfg, topic, source, schema, interval, options.processes, options.progress, log)
+    return send_source(cfg, topic, source, schema, interval, options.processes, options.progress)
 
 
 def send_source(cfg: Config, topic: str, source: AlertSource, schema: dict, interval_s: float, processes: int = 1,
-                progress: bool = True, log=print, producer_settings: dict | None = None,
+                progress: bool = True, producer_settings: dict | None = None,
                 spread_s: float = 0.0) -> ProduceReport:
     """Create the topic, register the schema and produce every visit of ``source`` (as the producer principal).
 
@@ -71,5 +74,5 @@ def send_source(cfg: Config, topic: str, source: AlertSource, schema: dict, inte
     ensure_topics(cfg, {topic: cfg.topics.alerts_partitions})
     source.schema_id = open_registry(cfg).register(subject_for(topic), schema, same_alerts=True)
     conf = client_settings(cfg, **(cfg.section("producer") | (producer_settings or {})))
-    return run_producers(conf, topic, source, source.schema_id, interval_s, max(1, processes), progress, log,
+    return run_producers(conf, topic, source, source.schema_id, interval_s, max(1, processes), progress,
                          spread_s)

@@ -8,6 +8,7 @@ serialize+send time (finish - start, flush included).
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import queue
 import time
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException, Producer
+
+logger = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 100
 
@@ -144,7 +147,7 @@ def _schedule(began: float, visits: int, interval_s: float) -> list[tuple[int, f
 
 
 def run_producers(conf: dict, topic: str, source: AlertSource, schema_id: int, interval_s: float,
-                  processes: int = 1, progress: bool = True, log=print, spread_s: float = 0.0) -> ProduceReport:
+                  processes: int = 1, progress: bool = True, spread_s: float = 0.0) -> ProduceReport:
     """Produce every visit of ``source`` with ``processes`` producer processes (each visit spread over
     ``spread_s`` seconds, see :func:`produce_share`).
 
@@ -164,7 +167,7 @@ def run_producers(conf: dict, topic: str, source: AlertSource, schema_id: int, i
         began = time.time()
         for visit, start_at in _schedule(began, source.visits, interval_s):
             time.sleep(max(0.0, start_at - time.time()))
-            _record(report, produce_share(producer, topic, source, visit, 0, 1, bar.update, spread_s), 1, log)
+            _record(report, produce_share(producer, topic, source, visit, 0, 1, bar.update, spread_s), 1)
     else:
         context = mp.get_context("spawn")
         results, clock_start = context.Queue(), context.Value("d", 0.0)
@@ -189,7 +192,7 @@ def run_producers(conf: dict, topic: str, source: AlertSource, schema_id: int, i
                 bar.update(payload)
             else:
                 done[payload["visit"]] = done.get(payload["visit"], 0) + 1
-                _record(report, payload, processes if done[payload["visit"]] == processes else 0, log)
+                _record(report, payload, processes if done[payload["visit"]] == processes else 0)
         for worker in workers:
             worker.join(30)
     bar.close()
@@ -197,7 +200,7 @@ def run_producers(conf: dict, topic: str, source: AlertSource, schema_id: int, i
     return report
 
 
-def _record(report: ProduceReport, result: dict, complete_after: int, log) -> None:
+def _record(report: ProduceReport, result: dict, complete_after: int) -> None:
     """Fold one process's share into its visit; log the visit line once all shares are in."""
     visit = report.visits[result["visit"]]
     visit.alerts += result["alerts"]
@@ -208,8 +211,8 @@ def _record(report: ProduceReport, result: dict, complete_after: int, log) -> No
     visit.first_error = visit.first_error or result["first_error"]
     if complete_after:
         ident = f" (visit_id {visit.visit_id})" if visit.visit_id else ""
-        log(f"visit {visit.visit + 1}/{len(report.visits)}{ident}: {visit.alerts} alerts, "
-            f"start {clock(visit.start)}, finish {clock(visit.finish)}, serialize+send {visit.seconds:.3f} s"
+        logger.info(f"visit {visit.visit + 1}/{len(report.visits)}{ident}: {visit.alerts} alerts, "
+                    f"start {clock(visit.start)}, finish {clock(visit.finish)}, serialize+send {visit.seconds:.3f} s"
             + (f", {visit.failures} FAILED: {visit.first_error}" if visit.failures else ""))
 
 

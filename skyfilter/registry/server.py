@@ -13,6 +13,7 @@ keeps its id: messages written with it still decode by id.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +26,8 @@ from skyfilter.core.errors import SkyfilterError
 from skyfilter.registry.topic_store import IncompatibleSchema, KafkaTopicRegistry, RegistryNotFound
 from skyfilter.schemas.avro import fingerprint, schema_text
 from skyfilter.schemas.compat import LEVELS, compatibility_problems
+
+logger = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
@@ -266,15 +269,15 @@ class RegistryServer:
         self.server.server_close()
 
 
-def serve(cfg: Config, host: str | None = None, port: int | None = None, log=print) -> None:
+def serve(cfg: Config, host: str | None = None, port: int | None = None) -> None:
     """`skyfilter registry serve`: answer requests until Ctrl-C."""
     server = RegistryServer(cfg, host, port)
-    log(f"schema registry serving {server.url} (Confluent REST API) from topic '{server.registry.topic}' at "
-        f"{cfg.bootstrap_servers}; Ctrl-C stops it")
+    logger.info(f"schema registry serving {server.url} (Confluent REST API) from topic '{server.registry.topic}' at "
+                f"{cfg.bootstrap_servers}; Ctrl-C stops it")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.stop()
-    log("schema registry stopped")
+    logger.info("schema registry stopped")

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from skyfilter.core.errors import SkyfilterError
+from skyfilter.core.log import LOG_FILE
 from skyfilter.core.versions import PROJECT_ROOT, spark_packages
 from skyfilter.local.spark_cluster import JVM_JAR, spark_home
 from skyfilter.spark.class_archive import CLASS_ARCHIVE, with_class_archive, write_class_archive
@@ -31,7 +32,7 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 
 IVY_DIR = PROJECT_ROOT / ".local" / "ivy"
 JVM_SOURCES = Path(__file__).resolve().parent / "jvm"  # skyfilter's own JVM classes (the visit cap ledger)
-SPARK_LOG = PROJECT_ROOT / ".local" / "logs" / "spark-driver.log"  # Spark's warnings and errors, stack traces included
+SPARK_LOG = LOG_FILE  # Spark's warnings and errors, stack traces included, beside skyfilter's own lines
 
 
 def write_spark_defaults(target: Path, jars: list[Path] | None = None, python: str = sys.executable) -> Path:

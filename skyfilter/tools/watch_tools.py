@@ -10,6 +10,7 @@ batch (``stream.hot_reload``).
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from datetime import UTC, datetime
 
@@ -20,6 +21,8 @@ from skyfilter.local.arguments import config_from_args
 from skyfilter.watch.crossmatch import read_index
 from skyfilter.watch.files import cell_area_deg2, check_name, read_watchlist, read_watchmap
 from skyfilter.watch.store import current, existing, latest, read_version, remove, store, table_path, unit
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_RADIUS_ARCSEC = 2.0
 DEFAULT_LEVEL = 0.9
@@ -37,14 +40,14 @@ ABOUT = {
 }
 
 
-def run(args: argparse.Namespace, log=print) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run one ``watchlist``/``watchmap`` action; errors raise :class:`SkyfilterError`."""
     cfg = config_from_args(args)
     kind = args.command
     if args.action == "list":
-        return _list(cfg, kind, log)
+        return _list(cfg, kind)
     if args.action == "show":
-        return _show(cfg, kind, args.name, args.version, args.limit, log)
+        return _show(cfg, kind, args.name, args.version, args.limit)
     from skyfilter.spark.session import get_spark
 
     name = check_name(args.name, kind)
@@ -52,10 +55,10 @@ def run(args: argparse.Namespace, log=print) -> int:
     if args.action == "remove":
         existing(cfg, kind, name)  # before Spark starts
         stored = remove(get_spark(f"skyfilter-{kind}"), cfg, kind, name)
-        log(f"{kind} {name} removed (version {stored.version}; earlier versions stay for replays) "
-            f"in {time.time() - began:.1f} s")
+        logger.info(f"{kind} {name} removed (version {stored.version}; earlier versions stay for replays) "
+                    f"in {time.time() - began:.1f} s")
         return 0
-    log(f"reading {args.file} ...")
+    logger.info(f"reading {args.file} ...")
     if kind == "watchlist":
         rows = read_watchlist(args.file, args.radius)
         details = {"file": str(args.file), "default_radius_arcsec": args.radius,
@@ -69,9 +72,9 @@ def run(args: argparse.Namespace, log=print) -> int:
                    "area_deg2": area}
         size = f"{len(rows):,} cells, {area:,.1f} sq. deg." + (f" ({args.level:g} credible region)"
                                                                if sky.kind == "skymap" else " (MOC)")
-    log(f"checked: {size}; writing {table_path(cfg, kind, name)} ...")
+    logger.info(f"checked: {size}; writing {table_path(cfg, kind, name)} ...")
     stored = store(get_spark(f"skyfilter-{kind}"), cfg, kind, name, rows, details)
-    log(f"{kind} {name}: version {stored.version}, {size}, from {args.file} in {time.time() - began:.1f} s")
+    logger.info(f"{kind} {name}: version {stored.version}, {size}, from {args.file} in {time.time() - began:.1f} s")
     return 0
 
 
@@ -79,16 +82,16 @@ def _when(stored) -> str:
     return datetime.fromtimestamp(stored.timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _list(cfg, kind: str, log) -> int:
+def _list(cfg, kind: str) -> int:
     found = current(cfg, kind)
     for name, stored in found.items():
-        log(f"{name}  version {stored.version}  {stored.rows:,} {unit(kind)}  "
-            f"from {stored.details.get('file', '?')}  added {_when(stored)}")
-    log(f"{len(found)} {kind}(s) in {cfg.state_dir / 'watch' / kind}")
+        logger.info(f"{name}  version {stored.version}  {stored.rows:,} {unit(kind)}  "
+                    f"from {stored.details.get('file', '?')}  added {_when(stored)}")
+    logger.info(f"{len(found)} {kind}(s) in {cfg.state_dir / 'watch' / kind}")
     return 0
 
 
-def _show(cfg, kind: str, name: str, version: int | None, limit: int, log) -> int:
+def _show(cfg, kind: str, name: str, version: int | None, limit: int) -> int:
     newest = latest(cfg, kind, name)
     if newest is None:
         raise SkyfilterError(f"no {kind} named '{name}' (see: skyfilter {kind} list)")
@@ -99,10 +102,10 @@ def _show(cfg, kind: str, name: str, version: int | None, limit: int, log) -> in
         except SkyfilterError:
             continue
         what = "removed" if stored.removed else f"{stored.rows:,} rows from {stored.details.get('file', '?')}"
-        log(f"version {number}: {what}, {_when(stored)}")
+        logger.info(f"version {number}: {what}, {_when(stored)}")
     chosen = read_version(kind, table, newest.version if version is None else version)
     if chosen.removed or not chosen.rows:
-        log(f"{kind} {name} version {chosen.version} holds nothing")
+        logger.info(f"{kind} {name} version {chosen.version} holds nothing")
         return 0
     index = read_index(chosen.for_workers())
     shown = min(limit, len(index))
@@ -110,13 +113,13 @@ def _show(cfg, kind: str, name: str, version: int | None, limit: int, log) -> in
         for i in range(shown):
             source_name = index.source_name[i].as_py()
             ra, dec = np.degrees(index.ra[i]), np.degrees(index.dec[i])
-            log(f"  {index.source_id[i].as_py()}{f' ({source_name})' if source_name else ''}  ra {ra:.6f}  "
-                f"dec {dec:+.6f}  radius {index.radius[i]:g} arcsec")
+            logger.info(f"  {index.source_id[i].as_py()}{f' ({source_name})' if source_name else ''}  ra {ra:.6f}  "
+                        f"dec {dec:+.6f}  radius {index.radius[i]:g} arcsec")
     else:
         for i in range(shown):
             depth = int(np.floor(np.log2(index.uniq[i] // 4) / 2))
             level = "" if np.isnan(index.level[i]) else f"  credible level {index.level[i]:.3f}  " \
                                                          f"density {index.density[i]:.3g}/sq. deg."
-            log(f"  cell {index.uniq[i]} (depth {depth}){level}")
-    log(f"{kind} {name} version {chosen.version}: {chosen.rows:,} rows, {shown} shown")
+            logger.info(f"  cell {index.uniq[i]} (depth {depth}){level}")
+    logger.info(f"{kind} {name} version {chosen.version}: {chosen.rows:,} rows, {shown} shown")
     return 0
