@@ -97,6 +97,8 @@ def test_log_lines_reach_the_console_as_they_are_and_the_log_file_with_time_leve
 
     root = logging.getLogger(ROOT_LOGGER)
     before = list(root.handlers), root.propagate
+    for handler in before[0]:  # a command run in this process earlier set its console up already
+        root.removeHandler(handler)
     try:
         log_to_console(tmp_path / "run.log")
         log_to_console(tmp_path / "other.log")  # once is enough: nothing doubles
@@ -113,9 +115,11 @@ def test_log_lines_reach_the_console_as_they_are_and_the_log_file_with_time_leve
         for handler in root.handlers:
             handler.flush()
     finally:
-        for handler in [h for h in root.handlers if h not in before[0]]:
+        for handler in list(root.handlers):
             root.removeHandler(handler)
             handler.close()
+        for handler in before[0]:
+            root.addHandler(handler)
         root.propagate = before[1]
     assert capsys.readouterr().out.splitlines() == ["stream 'night' running: realtime", "filter 'x' quarantined",
                                                     "    visit 1/2: 10 alerts"]
@@ -125,3 +129,24 @@ def test_log_lines_reach_the_console_as_they_are_and_the_log_file_with_time_leve
     assert len(written) == 4 and not (tmp_path / "other.log").exists()
     assert written[1].endswith(" WARNING skyfilter.jobs.example: filter 'x' quarantined"), written[1]
     assert written[3].endswith(" INFO skyfilter.jobs.example: only in the file")
+
+
+def test_a_console_whose_stream_was_closed_never_fails_the_code_that_logs(capsys):
+    """A test harness closes the stdout it swapped out; a command run in-process before keeps its console."""
+    import io
+    import logging
+    import sys
+
+    from skyfilter.core.log import ROOT_LOGGER, _Flushing
+
+    console = _Flushing()
+    closed = io.StringIO()
+    console.stream = closed
+    closed.close()
+    logger = logging.getLogger(ROOT_LOGGER)
+    logger.addHandler(console)
+    try:
+        logging.getLogger("skyfilter.jobs.example").info("still said")
+    finally:
+        logger.removeHandler(console)
+    assert console.stream is sys.stdout and "still said" in capsys.readouterr().out

@@ -29,16 +29,15 @@ logging.getLogger(ROOT_LOGGER).setLevel(logging.INFO)  # INFO reaches any handle
 
 
 class _Flushing(logging.StreamHandler):
-    """A console handler that writes to whatever ``sys.stdout`` is now and flushes each line (a parent process
-    reads them as they come)."""
+    """A console handler that writes to whatever ``sys.stdout`` is now (a test harness swaps it, and may close
+    the one it swapped out), each line flushed as it comes (a parent process reads them)."""
 
     def __init__(self):
         super().__init__(sys.stdout)
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.setStream(sys.stdout)
-        super().emit(record)
-        self.flush()
+        self.stream = sys.stdout  # not setStream: that flushes the previous stream, which may be closed
+        super().emit(record)  # writes and flushes; a failure goes to handleError, never to the caller
 
 
 def log_to_console(log_file: Path | None = None) -> None:
