@@ -161,10 +161,11 @@ def bench_main(module: str, parse_args: Callable[[list[str] | None], argparse.Na
     """Parse, run, print the Markdown table and the result files; one error line and exit 2 on failure."""
     from bench.report import command_line
     from skyfilter.core.errors import SkyfilterError
-    from skyfilter.core.log import console_level
+    from skyfilter.core.log import console_level, log_to_console
 
     args = parse_args(argv)
     args.command = command_line(module, argv)
+    log_to_console()
     try:
         with console_level(logging.WARNING):  # the stream's and producers' lines go to the log file only
             paths = run(args)
