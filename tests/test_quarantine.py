@@ -103,7 +103,7 @@ def test_failing_and_slow_filters_are_quarantined_and_the_others_deliver_everyth
     cell = PlanCell(build_plan(spark, kafka_cfg, TOPIC, TOPIC, files, (0, "")))
     reloads: list[str] = []
     with saying(reloads):
-        quarantine = Quarantine(spark, kafka_cfg, cell, tmp_path / "filters")
+        quarantine = Quarantine(spark, kafka_cfg, cell)
         reloader = PlanReloader(spark, kafka_cfg, cell, tmp_path / "filters", tmp_path / "brokers.yaml",
                                 quarantine.held_off)
         (tmp_path / "filters" / "everything.sql").write_text("diaSource.snr > 4")

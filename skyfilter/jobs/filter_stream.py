@@ -162,10 +162,10 @@ def _run_lanes(args: argparse.Namespace, cfg: Config, run_plan: RunPlan, files: 
     logger.info(f"stream '{name}': topic '{topic}' (schema id {plan.schema_id}, {plan.columns.family}), "
                 f"{len(plan.filters)} filter(s) enabled for {len(plan.brokers)} broker(s)")
     if len(plan.inputs.known) > 1 or plan.inputs.pinned:
-        logger.info(f"input schema versions: ids {', '.join(map(str, plan.inputs.readable))} read as "
-            + (f"the pinned reader {schema_name(plan.inputs.reader)}" if plan.inputs.pinned else
-                    f"schema id {plan.schema_id} ({schema_name(plan.inputs.reader)}), widened")
-            + "".join(f"; dead-lettered: {reason}" for reason in plan.inputs.unreadable.values()))
+        reader = f"the pinned reader {schema_name(plan.inputs.reader)}" if plan.inputs.pinned else \
+            f"schema id {plan.schema_id} ({schema_name(plan.inputs.reader)}), widened"
+        logger.info(f"input schema versions: ids {', '.join(map(str, plan.inputs.readable))} read as {reader}"
+                    + "".join(f"; dead-lettered: {reason}" for reason in plan.inputs.unreadable.values()))
     if LaneName.DELIVERY in run_plan.lanes:
         redrive_dead_letters(cfg, topic, plan.inputs, plan.checkpoint)
     job = StreamJob(spark, cfg, run_plan, plan)

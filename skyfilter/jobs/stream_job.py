@@ -135,7 +135,7 @@ class StreamJob:
     def _start_delivery(self) -> None:
         cfg = self.cfg
         self.spark.conf.set(*V1_SOURCES_WITHOUT_KAFKA)
-        quarantine = Quarantine(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"))
+        quarantine = Quarantine(self.spark, cfg, self.cell)
         plan = self.cell.current  # without the filters an earlier run quarantined
         if cfg.stream.hot_reload:
             self.reloader = PlanReloader(self.spark, cfg, self.cell, cfg.path("stream.filters_dir"),

@@ -15,7 +15,6 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -23,7 +22,7 @@ from pyspark.sql import types as T
 
 from skyfilter.core.config import Config
 from skyfilter.core.figures import FilterReports
-from skyfilter.core.filter_loader import FilterProblem, load_filters
+from skyfilter.core.filter_loader import FilterProblem
 from skyfilter.kafka.clients import client_settings
 from skyfilter.kafka.topics import ensure_topics
 from skyfilter.local.processes import write_whole
@@ -62,22 +61,21 @@ def without_filter(plan: StreamPlan, name: str) -> StreamPlan:
 class Quarantine:
     """Watches each batch's Python filter errors and timings; disables offenders."""
 
-    def __init__(self, spark: SparkSession, cfg: Config, cell: PlanCell, filters_dir: Path):
+    def __init__(self, spark: SparkSession, cfg: Config, cell: PlanCell):
         self.spark = spark
         self.cfg = cfg
         self.cell = cell
         self.budget = cfg.stream.filter_time_budget_s
         self.errors_topic = cfg.topics.errors
         self.table = cell.current.tables["filter_status"]
-        self.filters_dir = filters_dir
-        self.states = self._initial_states(filters_dir)
+        self.states = self._initial_states()
         ensure_topics(cfg, {self.errors_topic: 1})
         self._resume()
         self._save()
 
-    def _initial_states(self, filters_dir: Path) -> dict[str, FilterState]:
-        files = self.plan.files
-        specs = files.filters if files is not None else load_filters(filters_dir)[0]
+    def _initial_states(self) -> dict[str, FilterState]:
+        """Every filter file the plan was read from (``unused`` when no broker names it), and the plan's own."""
+        specs = self.plan.files.filters
         enabled = {s.name for s in self.plan.filters}
         states = {s.name: FilterState(s.name, s.kind, "enabled" if s.name in enabled else "unused", "", s.digest)
                   for s in specs}
@@ -99,7 +97,7 @@ class Quarantine:
     def refresh(self) -> None:
         """After a hot reload: a quarantined filter stays off until its file changes."""
         old = self.states
-        self.states = self._initial_states(self.filters_dir)
+        self.states = self._initial_states()
         for name, state in old.items():
             new = self.states.get(name)
             if state.state == "quarantined" and new and new.state == "enabled" and new.digest == state.digest:

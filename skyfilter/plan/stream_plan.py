@@ -99,8 +99,8 @@ class StreamPlan:
     tables: dict[str, Path]
     checkpoint: Path  # one checkpoint folder per lane inside (see lane_checkpoint)
     night_offset_hours: float
+    files: StreamFiles  # what the filter and broker files said, read once (and again at each reload)
     problems: list[FilterProblem | str] = field(default_factory=list)
-    files: StreamFiles | None = None  # what the filter and broker files said, read once (and at each reload)
     max_alert_bytes: int | None = None
     filter_time_budget_s: float = 30.0  # stream.filter_time_budget_s: a Python filter's time per batch
     watch: Watch = field(default_factory=Watch)  # the watchlists and watchmaps filters may name, versions read now
