@@ -76,8 +76,10 @@ $(LOCAL)/prometheus/.installed: conf/versions.env
 demo: setup
 	$(VENV)/bin/skyfilter demo
 
+# Two pytest-xdist workers, each with its own Kafka broker and SparkSession (tests/conftest.py says why and how
+# the files are grouped); `pytest tests` alone runs the same tests one by one.
 test: setup
-	$(PY) -m pytest tests --durations=15
+	$(PY) -m pytest tests -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
 
 test-fast: $(VENV)/.installed $(LOCAL)/spark-conf/.installed  # one test runs a Spark job of its own
 	$(PY) -m pytest tests -m "not slow" -q

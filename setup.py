@@ -46,7 +46,7 @@ setup(
         "tqdm==4.67.1",
     ],
     extras_require={
-        "test": ["pytest==8.4.2", "ruff==0.14.5", "ipykernel==7.4.0", "nbclient==0.11.0",
+        "test": ["pytest==8.4.2", "pytest-xdist==3.8.0", "ruff==0.14.5", "ipykernel==7.4.0", "nbclient==0.11.0",
                  "nbformat==5.11.1",
                  # the community brokers' own clients, which the encodings are tested with
                  "fink-client==12.3.0", "lasair==0.1.4",

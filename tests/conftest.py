@@ -42,17 +42,45 @@ SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_LIVED_JVM)
 # Tests that use these fixtures run real Kafka or Spark: the full suite (`make test`) only.
 REAL_COMPONENTS = {"kafka_cfg", "spark", "registry_url"}
+# `make test` runs the suite in two pytest-xdist workers (each with its own Kafka broker and SparkSession): a
+# test spends most of its time waiting for streams, and the other worker's test uses the cores meanwhile.
+# This worker's number (0 when pytest runs alone).
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+# Files that run on one worker, one after the other, in this order before any other: each group shares
+# something beyond a file (the standalone cluster and its executors' filter workers; the fault table), and
+# the longest run first, so the workers finish together.
+TOGETHER = {"faults": ("test_archive_lane", "test_faults", "test_kill_restart"),
+            "standalone-cluster": ("test_realtime_cluster", "test_spark_cluster")}
+FIRST = ("faults", "test_bench", "standalone-cluster", "test_realtime", "test_docs_run", "test_stops",
+         "test_schema_versions", "test_watchlists", "test_demo", "test_nights", "test_schema_evolution",
+         "test_operations_live")
+
+
+def port_base(base: int) -> int:
+    """Where this worker starts looking for a free port: the workers search disjoint ranges (``free_port``
+    looks 500 ports on), so two never choose the same free port before either listens on it."""
+    return base + 1000 * WORKER
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "slow: needs real Kafka, Spark or Delta (left out by `make test-fast`)")
 
 
+def _group(item) -> str:
+    module = item.module.__name__.rsplit(".", 1)[-1]
+    return next((group for group, modules in TOGETHER.items() if module in modules), module)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark every test that uses a real component as slow, so ``-m "not slow"`` is the fast tier."""
+    """Mark every test that uses a real component as slow, so ``-m "not slow"`` is the fast tier; give each
+    test its xdist group (its file's, or its files' group in ``TOGETHER``), the long groups first."""
     for item in items:
         if REAL_COMPONENTS & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    order = {group: rank for rank, group in enumerate(FIRST)}
+    items.sort(key=lambda item: order.get(_group(item), len(order)))  # stable: a file's own order is kept
 DATA = ROOT / "samples"  # real public alerts (samples/README.md)
 # a Python filter several tests use: alerts whose difference flux is negative
 NEGATIVE_PY = '''
@@ -70,7 +98,8 @@ def kafka_cfg(tmp_path_factory) -> Config:
     """A config whose state lives in a temporary folder, with a running single-node Kafka."""
     cfg = Config.load(ROOT / "conf" / "local.yaml")
     cfg = cfg.with_values({"state_dir": str(tmp_path_factory.mktemp("state")),
-                           "kafka.base_port": free_port_pair(19092), "kafka.heap": "512m",
+                           "kafka.base_port": free_port_pair(port_base(19092)), "kafka.heap": "512m",
+                           "monitoring.port": port_base(9464), "monitoring.archive_port": port_base(9465),
                            "topics.alerts_partitions": 3,
                            "simulation.schema_version": "10.0"})  # the tests decode what they produce with this one
     cluster = LocalKafka(cfg)

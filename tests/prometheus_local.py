@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, port_base
 from skyfilter.local.processes import free_port
 
 BINARY = ROOT / ".local" / "prometheus" / "bin" / "prometheus"
@@ -25,7 +25,7 @@ class LocalPrometheus:
     def __init__(self, folder: Path, jobs: dict[str, list[str]]):
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
-        self.port = free_port(19090)
+        self.port = free_port(port_base(19090))
         config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [str(RULES)],
                   "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}
                                      for job, targets in jobs.items()]}

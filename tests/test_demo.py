@@ -21,7 +21,7 @@ import psutil
 import pytest
 import yaml
 
-from conftest import ROOT, decode_messages
+from conftest import ROOT, decode_messages, port_base
 from skyfilter.commands.demo_night import check_disk, disk_needed_mb
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
@@ -75,7 +75,7 @@ FILTERS = {f.__name__: f for f in (bright_transient, fast_riser, galactic_plane_
 
 
 def test_the_demo_delivers_what_an_independent_evaluation_expects(tmp_path):
-    demo_dir, port = tmp_path / "demo", free_port_pair(19400)
+    demo_dir, port = tmp_path / "demo", free_port_pair(port_base(19400))
     result = subprocess.run([SKYFILTER, "demo", "--visits", "2", "--alerts-per-visit", "150", "--interval", "4",
                              "--state-dir", str(demo_dir), "--set", f"kafka.base_port={port}",
                              "--set", "monitoring.port=null", "--keep"],
@@ -125,7 +125,7 @@ def test_the_demo_delivers_what_an_independent_evaluation_expects(tmp_path):
 
 
 def test_a_demo_beside_another_demo_or_a_taken_port_is_one_line_and_leaves_nothing(tmp_path):
-    demo_dir, port = tmp_path / "demo", free_port_pair(19500)
+    demo_dir, port = tmp_path / "demo", free_port_pair(port_base(19500))
     with socket.socket() as holder:  # something else listens on the demo's Kafka port
         holder.bind(("127.0.0.1", port))
         holder.listen()

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from doc_blocks import blocks, run_blocks, scratch_checkout
 
-from conftest import ROOT
+from conftest import ROOT, port_base
 from skyfilter.local.kafka import free_port_pair
 from skyfilter.local.processes import free_port
 
@@ -63,13 +63,13 @@ def _fresh_shell(config: Path) -> dict[str, str]:
 @pytest.mark.parametrize("document", RUNNABLE, ids=lambda d: d.name)
 def test_the_documented_commands_run_as_written(document, tmp_path):
     checkout = scratch_checkout(ROOT, tmp_path / "checkout")
-    port = free_port_pair(19600)
+    port = free_port_pair(port_base(19600))
     config = checkout / "conf" / "scratch.yaml"  # a reader's own machine: its ports, its state folder
     config.write_text(yaml.safe_dump({
         "kafka": {"libs_dir": str(ROOT / ".local" / "kafka" / "libs"), "base_port": port,
                   "bootstrap_servers": f"127.0.0.1:{port}", "heap": "512m"},
-        "monitoring": {"port": free_port(19700), "archive_port": free_port(19750)},
-        "schema_registry": {"serve": {"port": free_port(19800)}}}))
+        "monitoring": {"port": free_port(port_base(19700)), "archive_port": free_port(port_base(19750))},
+        "schema_registry": {"serve": {"port": free_port(port_base(19800))}}}))
     env = _fresh_shell(config)
     run = [b for b in blocks(checkout / document.relative_to(ROOT)) if b.marker == "run"]
     try:

@@ -19,6 +19,7 @@ from conftest import (
     fault_row,
     kafka_status_ports,
     listening_ports,
+    port_base,
     saying,
     stream_args,
     write_files,
@@ -41,7 +42,7 @@ SNR_CUT = 15
 def _fresh_cluster_config(tmp_path_factory, name: str, nodes: int, start_port: int) -> Config:
     cfg = Config.load(ROOT / "conf" / ("cluster.yaml" if nodes > 1 else "local.yaml"))
     cfg = cfg.with_values({"state_dir": str(tmp_path_factory.mktemp(name)),
-                           "kafka.base_port": free_port_pair(start_port, nodes), "kafka.heap": "512m",
+                           "kafka.base_port": free_port_pair(port_base(start_port), nodes), "kafka.heap": "512m",
                            "topics.alerts_partitions": 3, "simulation.schema_version": "10.0"})  # decoded with it
     cfg = cfg.with_values({"kafka.bootstrap_servers": LocalKafka(cfg, nodes).bootstrap_servers})
     return cfg
@@ -159,7 +160,7 @@ def test_kafka_node_killed_mid_night(cluster_cfg, spark, tmp_path, fault_report)
 
 
 def test_stream_never_reachable_is_one_clear_line(tmp_path):
-    port = free_port_pair(23092)
+    port = free_port_pair(port_base(23092))
     began = time.time()
     result = subprocess.run(
         [sys.executable, str(ROOT / "pipelines" / "filter_stream.py"), "--bootstrap", f"127.0.0.1:{port}",

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import kafka_status_ports, listening_ports
+from conftest import kafka_status_ports, listening_ports, port_base
 from skyfilter.local.kafka import free_port_pair
 from skyfilter.local.processes import port_in_use
 
@@ -35,7 +35,7 @@ def kafka_pids(properties_folder: Path) -> list[int]:
 
 
 def test_start_status_stop_leaves_no_process(tmp_path):
-    port = str(free_port_pair(27300))
+    port = str(free_port_pair(port_base(27300)))
     where = ["--state-dir", str(tmp_path)]
     started = skyfilter("kafka", "start", *where, "--port", port)
     assert started.returncode == 0, started.stderr
@@ -83,7 +83,7 @@ def test_a_port_held_by_an_outgoing_connection_counts_as_taken():
             local_port = client.getsockname()[1]
             assert port_in_use(local_port) and port_in_use(server.getsockname()[1])
             accepted.close()
-    assert not port_in_use(free_port_pair(27700))
+    assert not port_in_use(free_port_pair(port_base(27700)))
 
 
 def test_missing_java_is_one_clear_line(tmp_path):
@@ -94,7 +94,7 @@ def test_missing_java_is_one_clear_line(tmp_path):
 
 
 def test_unreachable_kafka_is_one_clear_line(tmp_path):
-    port = free_port_pair(27500)
+    port = free_port_pair(port_base(27500))
     result = skyfilter("produce", "--bootstrap", f"127.0.0.1:{port}", "--visits", "1", "--alerts-per-visit", "1",
                        "--set", "state_dir=" + str(tmp_path))
     assert result.returncode == 2

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, port_base
 from skyfilter.core.config import Config
 from skyfilter.lanes.monitoring import StreamMonitor
 from skyfilter.lanes.read_positions import consumer_group, marked_positions, start_positions
@@ -82,7 +82,7 @@ def test_the_kubernetes_prometheus_rule_holds_the_same_rules():
 
 def test_promtool_accepts_what_the_endpoint_serves(tmp_path):
     """Every series kind the stream exports, after real observations, in the text format Prometheus scrapes."""
-    cfg = Config.load(ROOT / "conf" / "local.yaml", {"monitoring.port": free_port(19900)})
+    cfg = Config.load(ROOT / "conf" / "local.yaml", {"monitoring.port": free_port(port_base(19900))})
     monitor = StreamMonitor(cfg, "night", "alerts")
     try:
         monitor.add_lane("realtime", tmp_path / "checkpoint", "realtime 5 minutes", rows_read=lambda: 7)

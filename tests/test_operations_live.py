@@ -24,7 +24,7 @@ import yaml
 from prometheus_local import LocalPrometheus
 from test_operations import group_offsets
 
-from conftest import ROOT, stream_process
+from conftest import ROOT, port_base, stream_process
 from skyfilter.kafka.lag import LatestOffsets
 from skyfilter.local.processes import free_port
 from skyfilter.local.status import status_screen
@@ -46,7 +46,7 @@ def test_prometheus_sees_both_lanes_move_while_alerts_flow_and_the_down_rule_fir
     for name, broker in brokers["brokers"].items():
         broker["topic"] = f"ops.{name}"
     (folder / "brokers.yaml").write_text(yaml.safe_dump(brokers))
-    port, archive_port = free_port(19464), free_port(19564)
+    port, archive_port = free_port(port_base(19464)), free_port(port_base(19564))
     job, lines = stream_process(kafka_cfg, TOPIC, folder, [
         "--name", NAME, "--trigger", "realtime", "--set", "stream.realtime.python_filters=false",
         "--set", f"monitoring.port={port}", "--set", f"monitoring.archive_port={archive_port}"], submit=True)

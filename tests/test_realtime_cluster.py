@@ -41,6 +41,7 @@ from conftest import (
     check_topic,
     decode_messages,
     expected_deliveries,
+    port_base,
     stream_folder,
 )
 from skyfilter.kafka.read_back import read_topic
@@ -150,7 +151,7 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
     open_registry(kafka_cfg).register(subject_for(TOPIC), rubin_schema("10.0"), same_alerts=True)
 
     cluster = spark_standalone  # 6 slots: the 3 partitions' long-lived tasks still fit once a worker is lost
-    metrics_port = free_port(19474)
+    metrics_port = free_port(port_base(19474))
     job, lines = submit(kafka_cfg, cluster, folder, TOPIC, "rtc", tmp_path, metrics_port=metrics_port)
     try:
         produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,

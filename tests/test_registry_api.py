@@ -16,7 +16,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import StringSerializer
 
-from conftest import DATA, ROOT, consume_avro, snr_as_string
+from conftest import DATA, ROOT, consume_avro, port_base, snr_as_string
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.kafka.topics import ensure_topics
 from skyfilter.local.kafka import free_port_pair
@@ -88,7 +88,7 @@ def test_project_client_speaks_to_the_served_registry(registry_url):
 
 
 def test_unreachable_registry_is_one_line_without_the_credentials():
-    port = free_port_pair(28900)
+    port = free_port_pair(port_base(28900))
     with pytest.raises(SkyfilterError) as failed:
         ConfluentRegistry(f"http://127.0.0.1:{port}", basic_auth="alice:s3cret-pw").latest("x-value")
     message = str(failed.value)
@@ -97,7 +97,7 @@ def test_unreachable_registry_is_one_line_without_the_credentials():
 
 
 def test_registry_command_serves_and_lists(kafka_cfg, tmp_path):
-    port = free_port_pair(28100)
+    port = free_port_pair(port_base(28100))
     base = [sys.executable, "-m", "skyfilter.cli", "registry", "--set",
             f"kafka.bootstrap_servers={kafka_cfg.bootstrap_servers}", "--set", f"state_dir={kafka_cfg.state_dir}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -12,7 +12,16 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from conftest import ROOT, decode_messages, kafka_status_ports, listening_ports, saying, stream_args, write_files
+from conftest import (
+    ROOT,
+    decode_messages,
+    kafka_status_ports,
+    listening_ports,
+    port_base,
+    saying,
+    stream_args,
+    write_files,
+)
 from skyfilter.core.config import Config
 from skyfilter.core.errors import SkyfilterError
 from skyfilter.jobs.filter_stream import run
@@ -34,7 +43,7 @@ def secure(tmp_path_factory):
     write_files(folder / "filters", {"bright.sql": "diaSource.snr > 15", "every.sql": "true"})
     (folder / "brokers.yaml").write_text("max_alerts_per_visit: null\nbrokers:\n"
                                          "  sec_a:\n    filters: [bright]\n  sec_b:\n    filters: [every]\n")
-    port = free_port_pair(25092)
+    port = free_port_pair(port_base(25092))
     command = [sys.executable, "-m", "skyfilter.cli", "kafka", "start", "--config", str(ROOT / "conf" / "secure.yaml"),
                "--port", str(port), "--state-dir", str(folder / "state"), "--brokers", str(folder / "brokers.yaml"),
                "--set", "kafka.heap=512m"]

@@ -20,7 +20,7 @@ import yaml
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, stream_args
+from conftest import ROOT, port_base, stream_args
 from skyfilter.jobs.filter_stream import run
 from skyfilter.kafka.read_back import read_topic
 from skyfilter.local.processes import free_port
@@ -76,7 +76,7 @@ def test_a_night_on_a_standalone_cluster_equals_local_mode_and_is_monitored(kafk
     assert local.input_alerts == produced and local.rejected == BAD
 
     cluster_topics = _brokers_file(tmp_path / "brokers.cluster.yaml", "cl.cluster")
-    metrics_port = free_port(19464)
+    metrics_port = free_port(port_base(19464))
     command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", standalone.master_url,
                str(ROOT / "pipelines" / "filter_stream.py"), "--topic", TOPIC, "--name", "cl_cluster",
                "--filters-dir", str(filters), "--brokers", str(tmp_path / "brokers.cluster.yaml"),
