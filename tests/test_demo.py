@@ -74,6 +74,7 @@ FILTERS = {f.__name__: f for f in (bright_transient, fast_riser, galactic_plane_
                                    bright_summary)}
 
 
+@pytest.mark.slow  # the demo starts Kafka and Spark of its own
 def test_the_demo_delivers_what_an_independent_evaluation_expects(tmp_path):
     demo_dir, port = tmp_path / "demo", free_port_pair(port_base(19400))
     result = subprocess.run([SKYFILTER, "demo", "--visits", "2", "--alerts-per-visit", "150", "--interval", "4",
