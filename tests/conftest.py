@@ -33,6 +33,8 @@ from skyfilter.schemas.wire import unframe
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `bench` imports in xdist workers too, which do not start in the checkout
+    sys.path.insert(0, str(ROOT))
 # The Spark driver JVMs a test starts (spark-submit's, a stream job's and its archive process) live seconds to a
 # minute: they compile with the JVM's first tier only, whose work on 2 cores was CPU the suite waited for
 # (tests/test_stops.py: 307 -> 192 core-seconds), in a code cache large enough never to fill (a full cache stops
