@@ -48,9 +48,9 @@ REAL_COMPONENTS = {"kafka_cfg", "spark", "registry_url"}
 # test spends most of its time waiting for streams, and the other worker's test uses the cores meanwhile.
 # This worker's number (0 when pytest runs alone).
 WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-# Files that run on one worker, one after the other, in this order before any other: each group shares
-# something beyond a file (the standalone cluster and its executors' filter workers; the fault table), and
-# the longest run first, so the workers finish together.
+# Files that run on one worker, one after the other: each group shares something beyond a file (the
+# standalone cluster and its executors' filter workers; the fault table).  Then the groups that start first,
+# longest first, so the two workers finish together.
 TOGETHER = {"faults": ("test_archive_lane", "test_faults", "test_kill_restart"),
             "standalone-cluster": ("test_realtime_cluster", "test_spark_cluster")}
 FIRST = ("faults", "test_bench", "standalone-cluster", "test_realtime", "test_docs_run", "test_stops",
