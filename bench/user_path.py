@@ -1,6 +1,6 @@
 """Latency as users start the stream: `spark-submit`, a new `--name` on a topic that already holds alerts.
 
-    python -m bench.user_path [--variants spark:archive.writer=spark,delta-rs:archive.writer=delta-rs]
+    python -m bench.user_path [--variants both,delivery:--lane=delivery]
                               [--seconds 60] [--rate 256] [--backlog-visits 2] [--restart-at 0] [--trigger realtime]
 
 The other benchmarks warm a stream up on a fresh topic before they measure; an
@@ -37,7 +37,11 @@ timestamp minus its alert's input timestamp, from the first alert sent),
 p50-p99.9 and max, also for the brokers with a Python filter; the archive's
 lag when sending ended and how long it took to hold every alert sent; CPU
 per part (the job's driver side, its archive process, Kafka, the rest).
-Writes ``user_path.{json,csv,md,png}``.
+Writes ``user_path.{json,csv,md,png}``, and the same latencies by window
+(``bench/latency_windows.py``: the first 10 s, 10-30 s, each later minute, the
+minutes holding a Real-time checkpoint apart; CPU per part over the first 10 s
+and 30 s) to ``user_path_windows.{json,csv,md,png}``, with each kind of window's
+p99 of both lanes against delivery alone when both ran.
 """
 
 from __future__ import annotations
@@ -61,8 +65,10 @@ from bench.broker_load import (
 )
 from bench.filter_sets import CUTS
 from bench.harness import add_common_arguments, add_settings_argument, runs_table, settings_of
+from bench.latency_windows import EARLY_S, FIRST_S, checkpoint_commits, write_windows
 from bench.metrics_scrape import MetricsScraper, freshness
 from bench.submitted_job import Job, spark_cluster
+from skyfilter.core.lane_names import LaneName
 from skyfilter.local.processes import free_port
 
 TARGETS = {"realtime": {"p99_s": 0.2, "p999_s": 0.5, "python_p99_s": 0.3, "backlog_cleared_s": 60.0,
@@ -71,6 +77,7 @@ TARGETS = {"realtime": {"p99_s": 0.2, "p999_s": 0.5, "python_p99_s": 0.3, "backl
 CLUSTER_SETTING = "master=cluster"  # a variant submitted to a local standalone cluster (master + 2 workers)
 SETTLE_S = 10.0  # after `running:`, as the independent probe of issue 48 waited
 RECOVERY_S = 60.0  # after a restart's `running:`, delivery is to be back under its target (issue 48)
+CPU_MARKS_S = (FIRST_S, EARLY_S)  # CPU per part is also given for the first this many seconds of sending
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -79,10 +86,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Delivery latency of the stream job started as operators start it (spark-submit, a new --name "
                     "on a topic that already holds alerts, optionally killed and restarted mid-night), per variant "
                     "of its settings.")
-    parser.add_argument("--variants", default="spark:archive.writer=spark,delta-rs:archive.writer=delta-rs",
+    parser.add_argument("--variants", default="both,delivery:--lane=delivery",
                         help="runs, comma-separated, each NAME:KEY=VALUE+KEY=VALUE... (settings of that run's "
                              "stream; --FLAG=VALUE: a flag of its command line, e.g. --lane=delivery; NAME alone: "
-                             "the defaults)")
+                             "the defaults; default: both lanes, then delivery alone)")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of sending per run (default 60)")
     parser.add_argument("--rate", type=int, default=256, help="alerts per second, one visit each (default 256)")
     parser.add_argument("--backlog-visits", type=int, default=2,
@@ -162,6 +169,7 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
             cfg, topic, CachedSource(cached, max(1, round(args.seconds)), schema), schema, 1.0, args.producers,
             progress=not args.quiet, spread_s=SPREAD_S)), daemon=True)
         sender.start()
+        marks = cpu_marks(lambda: cpu_now(job.process.pid, kafka_node(), daemons()), cpu_before, measured_from)
         if args.restart_at:
             time.sleep(args.restart_at)
             cpu_spent = cpu_used(cpu_before, cpu_now(job.process.pid, kafka_node(), daemons()))
@@ -190,6 +198,7 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
     finally:
         code = job.stop() if job.process.poll() is None else job.process.returncode
     found = _sent_and_latency(cfg, brokers, measured_from)
+    boundaries = checkpoint_commits(cfg.checkpoint_dir / name / LaneName.REALTIME, measured_from)
     every = sorted(ms for values in found.values() for _, ms in values)
     python = sorted(ms for broker, values in found.items() if brokers[broker]["python"] for _, ms in values)
     timeline = sorted((sent_ms / 1000 - measured_from, ms) for values in found.values() for sent_ms, ms in values)
@@ -205,7 +214,27 @@ def run_variant(cfg, args, cached: Path, schema: dict, run_id: str, variant: str
                 scrapes, delivered_at, args.rate, measured_from, scraped_until or measured_from).items()},
             "cpu_driver_s": cpu["driver"], "cpu_archive_s": cpu["archive"], "cpu_kafka_s": cpu["kafka"],
             "cpu_cluster_s": cpu["cluster"] if on_cluster else None, "cpu_other_s": cpu["other"],
-            "exit_code": code, "latencies_ms": every, "timeline": timeline}
+            "exit_code": code, "latencies_ms": every, "timeline": timeline, "boundaries_s": boundaries,
+            "cpu_marks": marks}
+
+
+def cpu_marks(now, before: dict[str, float], since: float) -> dict[float, dict[str, float]]:
+    """CPU seconds per part used from ``since`` to each of :data:`CPU_MARKS_S` seconds after it, filled in by a
+    thread as the run passes them (``now``: the parts' CPU so far)."""
+    from bench.cpu import cpu_used
+
+    marks: dict[float, dict[str, float]] = {}
+
+    def take() -> None:
+        for mark in CPU_MARKS_S:
+            time.sleep(max(0.0, since + mark - time.time()))
+            try:
+                marks[mark] = cpu_used(before, now())
+            except Exception:  # noqa: BLE001 - a process gone (killed in a restart run): no mark
+                return
+
+    threading.Thread(target=take, daemon=True).start()
+    return marks
 
 
 def after_restart(timeline: list[tuple[float, float]], running_at: float | None) -> dict:
@@ -267,6 +296,9 @@ def verdicts(rows: list[dict], trigger: str) -> list[str]:
     return [note for row in rows for note in target_notes(row["variant"], row, targets)]
 
 
+ALONE_SETTING = "--lane=delivery"
+
+
 def run(args: argparse.Namespace) -> dict[str, Path]:
     """Run every variant; returns the result files."""
     from bench.alert_cache import cached_visits
@@ -313,6 +345,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
              f"scrape; 'alerts read max s behind': appended minus counted as read, at the sending rate (it holds "
              f"the stream's own lag too).", *verdicts(rows, args.trigger)]
     table_rows = [{key: r.get(key) for key, _ in columns} for r in rows]
+    write_windows(args, rows, memory, ALONE_SETTING)
     return write_results(args.results, "user_path", "Started as users start it: latency per variant",
                          table_rows, columns, notes, settings_of(args), args.command, _plot(rows), memory.peaks(),
                          runs_table(args), memory.peak_breakdown())

@@ -150,6 +150,8 @@ def test_user_path_starts_the_job_with_spark_submit_on_a_busy_topic_and_restarts
     assert row["running_again_s"] > row["restarted_at_s"] and row["backlog_cleared_s"] is not None
     assert row["recovered_p99_s"] is None, "every alert was sent before the restarted job ran: none to judge by"
     assert row["archived_s_after_sending"] is not None, "every alert sent was archived"
+    windows = json.loads((tmp_path / "results" / "user_path_windows.json").read_text())["results"]
+    assert windows[0]["window"] == "0-4 s" and windows[0]["n"] == row["messages"], "every message in its window"
     log = next((tmp_path / "state" / "run").glob("user_path.lean.log")).read_text()
     assert log.count("$ spark-submit pipelines/filter_stream.py") == 2 and "--name path_" in log
 
