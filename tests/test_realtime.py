@@ -78,9 +78,9 @@ def test_every_broker_in_realtime_mode_equals_an_independent_evaluation(kafka_cf
     split = next(line for line in lines if "broker(s) in Real-time Mode" in line)
     assert "4 of 4 broker(s) in Real-time Mode" in split and "micro-batches" not in split, split
     assert any("Spark master local[2] -> local[3]" in line for line in lines), "one task slot per partition"
-    assert any("realtime: passed a first checkpoint boundary before the night" in line for line in lines), \
-        "with a 30 s interval the query's cold first boundary passes at start-up (delivering nothing: the visit " \
-        "sent before the stream is delivered once, below)"
+    rehearsed = next(line for line in lines if "realtime: rehearsed the night's query on" in line)
+    assert "30 copied from the topic" in rehearsed, \
+        "the night's query rehearsed on copies of the visit sent before the stream (which is delivered once, below)"
 
     inputs = [m for m in read_topic(kafka_cfg, TOPIC) if m.key != b"bad"]
     records = {str(r["diaSourceId"]): r for r in decode_messages(inputs, rubin_schema("10.0"))}

@@ -172,7 +172,7 @@ def test_verdict_marks_take_a_batch_of_booleans_and_refuse_the_wrong_length_or_k
 
 
 def test_brokers_go_to_micro_batches_only_when_the_settings_say_so():
-    on, off = Realtime("5m", 500, True, True, 3000), Realtime("5m", 500, False, False, 3000)
+    on, off = Realtime("5m", 500, True, True, 3000, 1000), Realtime("5m", 500, False, False, 3000, 1000)
     assert realtime_refusal(BrokerNeeds(True, ("fast_riser",), True), on) is None
     assert realtime_refusal(BrokerNeeds(True, ("f",)), off) == (
         "a per-visit cap (stream.realtime.caps is off); Python filter(s) f (stream.realtime.python_filters is off)")

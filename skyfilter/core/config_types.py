@@ -122,6 +122,7 @@ class Realtime:
     python_filters: bool
     caps: bool
     warm_up_alerts: int
+    rehearsal_alerts: int
 
 
 @dataclass(frozen=True)

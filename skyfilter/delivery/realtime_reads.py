@@ -31,6 +31,13 @@ def reader_name(spark: SparkSession, stream: str, local_master: bool) -> str:
     return name if local_master else name + serve_read_marks(spark, spark.conf.get("spark.driver.host"))
 
 
+def rehearsal_reader(reader: str) -> str:
+    """The name the rehearsal of a stream's night marks its reads under: apart from the night's reader, with the
+    same address on a cluster."""
+    name, at, address = reader.partition("@")
+    return f"{name}.rehearsal{at}{address}"
+
+
 def marked_reads(spark: SparkSession, reader: str, source: DataFrame) -> DataFrame:
     """The Kafka source ``source`` of a stream's Real-time lane, each row marking where its task read to."""
     register_jvm_function(spark, "ReadMarks")

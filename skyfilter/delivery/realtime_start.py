@@ -1,5 +1,5 @@
-"""A Real-time query made ready before the night: its code run on probe alerts, its first checkpoint boundary
-passed on a query of its own, and the wait until its long-lived tasks read.
+"""A Real-time query made ready before the night: its code run on probe alerts, the night's query rehearsed
+on a private topic through its first checkpoint boundary, and the wait until its long-lived tasks read.
 
 A query started cold in a fresh driver spends its first visits compiling (the
 JIT) and its first checkpoint boundary planning; both would be the night's
@@ -14,27 +14,36 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+from confluent_kafka import KafkaException
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from skyfilter.core.brokers import BrokerSpec
 from skyfilter.core.config import Config
+from skyfilter.core.errors import SkyfilterError
 from skyfilter.core.lane_names import LaneName
+from skyfilter.delivery.realtime_reads import marked_reads, rehearsal_reader
+from skyfilter.delivery.rehearsal_topic import fill_rehearsal
 from skyfilter.kafka.topics import ensure_topics
-from skyfilter.plan.stream_plan import StreamPlan, probe_batch
-from skyfilter.plan.triggers import seconds
-from skyfilter.spark.internals import announce_query_stop, close_visit_caps, open_visit_caps
+from skyfilter.plan.stream_plan import StreamPlan, probe_batch, probe_values
+from skyfilter.spark.internals import (
+    announce_query_stop,
+    close_visit_caps,
+    compiled_classes,
+    open_visit_caps,
+    read_marks,
+)
 
 logger = logging.getLogger(__name__)
 
 SHORTEST_INTERVAL = "5 seconds"  # Spark's spark.sql.streaming.realTimeMode.minBatchDuration
-FIRST_BOUNDARY_AHEAD_FROM_S = 30.0  # checkpoint intervals from which the first boundary is passed at start-up
 WARM_UP_LEDGER = ".warm-up"
-SCRATCH_RETENTION_MS = 60_000  # what the boundary pass writes is read by nobody
+SCRATCH_RETENTION_MS = 60_000  # what the rehearsal writes is read by nobody
 
 
 class RealtimeLane(Protocol):
@@ -95,53 +104,87 @@ def warm_up_ledger(lane: RealtimeLane) -> Iterator[str]:
             close_visit_caps(lane.spark, ledger)
 
 
-def pass_first_boundary(lane: RealtimeLane, source: DataFrame, timeout_s: float = 120.0) -> None:
-    """Before the night: run the query's code through one shortest batch and the boundary after it.
+def rehearse(lane: RealtimeLane, reader: str, source_of: Callable[[str, str], DataFrame],
+             timeout_s: float = 120.0) -> None:
+    """Before the night: run the night's own query on the rehearsal topic, through a shortest batch and the
+    checkpoint boundary after it.
 
-    The first checkpoint boundary of a query in a fresh driver runs cold (the
-    commit, the planning and the job submission not yet compiled by the JIT):
-    2.6-4 s without reading, against 0.7-1.6 s at later ones.  With a checkpoint
-    interval of minutes it would fall in the night, and the alerts that arrive
-    during it would be the tail of the night's latency; passed here, every
-    boundary of the night is a warm one.  Skipped when the interval is short
-    (boundaries are then frequent, and the first one is no outlier).
+    A query started cold in a fresh driver spends its first visits compiling: Spark
+    generates its classes, the JIT compiles what runs often, and its first checkpoint
+    boundary (commit, planning, job submission) runs cold too, 2.6-4 s.  The rehearsal
+    is the very query of the night (the same filters, encodings and Kafka sink, the
+    same Real-time trigger) on :data:`stream.realtime.rehearsal_alerts` alerts like the
+    night's (``skyfilter/delivery/rehearsal_topic.py``), so the night's query finds its
+    classes in Spark's code cache and its paths compiled, and every boundary of the
+    night is a warm one.  ``source_of(topic, starting_offsets)``: the night's Kafka
+    source, on another topic; its reads are marked apart from the night's ``reader``.
 
-    The pass is a query of its own: ``source`` (the input topic from its end) through
-    the night's code into a scratch topic (:func:`boundary_pass_topic`; Real-time Mode
-    takes no sink but Kafka's and foreach), with a checkpoint of its own, the warm-up's
-    filter sets and cap ledger.  Nothing it reads is delivered, capped or checkpointed
-    for the night, so the night's query starts where the stream starts.  (Run as the
-    night's own query, what its second batch delivered before the stop was delivered
-    again.)
+    Nothing of it reaches a broker, the archive or the night's caps: it writes every
+    row to a scratch topic (:func:`boundary_pass_topic`; Real-time Mode takes no sink
+    but Kafka's and foreach), with a checkpoint of its own and the warm-up's filter
+    sets and cap ledger, and the night's query starts where the stream starts.  A
+    rehearsal that fails says so in one line and the night starts cold.
     """
-    if seconds(lane.interval) < FIRST_BOUNDARY_AHEAD_FROM_S:
+    began, plan = time.monotonic(), lane.plan
+    checkpoint = lane.cfg.run_dir / f"filter_stream.{plan.name}.rehearsal"
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    try:
+        rehearsal = fill_rehearsal(lane.cfg, plan.topic, plan.name, lane.cfg.stream.realtime.rehearsal_alerts,
+                                   probe_messages(plan))
+        scratch = boundary_pass_topic(plan)
+        ensure_topics(lane.cfg, {scratch: 1}, {"retention.ms": str(SCRATCH_RETENTION_MS)})
+        compiled = compiled_classes(lane.spark)
+        with warm_up_ledger(lane) as ledger:
+            marks = rehearsal_reader(reader)
+            source = marked_reads(lane.spark, marks, source_of(rehearsal.topic, rehearsal.starting_offsets))
+            query = (lane.rows(source, ledger, observed=False, warm_up=True)
+                     .writeStream.format("kafka").options(**lane.kafka_options)
+                     .option("topic", scratch)  # every row there, whatever its topic
+                     .queryName(f"skyfilter_{LaneName.REALTIME}_{plan.name}_rehearsal")
+                     .option("checkpointLocation", str(checkpoint)).outputMode("update")
+                     .trigger(realTime=SHORTEST_INTERVAL).start())
+            try:
+                read = _await_rehearsal(query, lambda: _rows_read(lane.spark, marks, rehearsal.topic),
+                                        rehearsal.alerts, began + timeout_s)
+            finally:
+                announce_query_stop(lane.spark, str(query.runId))
+                query.stop()
+        if query.exception() is not None:
+            raise SkyfilterError(str(query.exception()).splitlines()[0])
+    except (KafkaException, SkyfilterError, Py4JError, OSError) as exc:
+        logger.warning(f"realtime: no rehearsal before the night ({str(exc).splitlines()[0]}): the night's "
+                       f"query starts cold")
         return
-    began = time.monotonic()
-    checkpoint = lane.cfg.run_dir / f"filter_stream.{lane.plan.name}.boundary-pass"
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    scratch = boundary_pass_topic(lane.plan)
-    ensure_topics(lane.cfg, {scratch: 1}, {"retention.ms": str(SCRATCH_RETENTION_MS)})
-    with warm_up_ledger(lane) as ledger:
-        query = (lane.rows(source, ledger, observed=False, warm_up=True).writeStream.format("kafka")
-                 .options(**lane.kafka_options).option("topic", scratch)  # every row there, whatever its topic
-                 .queryName(f"skyfilter_{LaneName.REALTIME}_{lane.plan.name}_boundary_pass")
-                 .option("checkpointLocation", str(checkpoint)).outputMode("update")
-                 .trigger(realTime=SHORTEST_INTERVAL).start())
-        try:
-            while time.monotonic() < began + timeout_s and query.isActive and query.lastProgress is None:
-                time.sleep(0.1)
-            passed = query.lastProgress is not None
-        finally:
-            announce_query_stop(lane.spark, str(query.runId))
-            query.stop()
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    logger.info(f"realtime: {'passed' if passed else 'could not pass'} a first checkpoint boundary before the "
-                f"night, in a {SHORTEST_INTERVAL} batch ({time.monotonic() - began:.1f} s); checkpoint interval "
-                f"from now on: {lane.interval}")
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    logger.info(f"realtime: rehearsed the night's query on {read} of {rehearsal.alerts} alert(s) "
+                f"({rehearsal.copied} copied from the topic, {rehearsal.probes} probes) and a checkpoint boundary "
+                f"in {time.monotonic() - began:.1f} s ({compiled_classes(lane.spark) - compiled} classes "
+                f"generated); checkpoint interval from now on: {lane.interval}")
+
+
+def _await_rehearsal(query: StreamingQuery, rows_read: Callable[[], int], alerts: int, deadline: float) -> int:
+    """Wait until the rehearsal has read its ``alerts`` and passed a checkpoint boundary (or the deadline);
+    the alerts it read."""
+    while time.monotonic() < deadline and query.isActive:
+        if query.lastProgress is not None and rows_read() >= alerts:
+            break
+        time.sleep(0.1)
+    return rows_read()
+
+
+def _rows_read(spark: SparkSession, reader: str, topic: str) -> int:
+    return sum(rows for (marked, _), (_, _, rows) in read_marks(spark, reader).items() if marked == topic)
+
+
+def probe_messages(plan: StreamPlan) -> list[bytes]:
+    """Probe messages of the topic's writer schemas, every field filled in, and one empty message (the path of
+    what cannot be decoded)."""
+    return [b"", *probe_values(plan)]
 
 
 def boundary_pass_topic(plan: StreamPlan) -> str:
-    """The scratch topic a stream's boundary pass writes to (under the input topic's prefix, which the stream's
+    """The scratch topic a stream's rehearsal writes to (under the input topic's prefix, which the stream's
     principal may write on a secure cluster)."""
     return f"{plan.topic}.boundary-pass" + ("" if plan.name == plan.topic else f".{plan.name}")
 

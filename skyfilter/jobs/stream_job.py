@@ -38,7 +38,7 @@ from skyfilter.delivery.micro_batches import V1_SOURCES_WITHOUT_KAFKA, DeliveryL
 from skyfilter.delivery.realtime import RealtimeLane
 from skyfilter.delivery.realtime_reads import marked_reads, reader_name, watch_realtime_reads
 from skyfilter.delivery.realtime_split import broker_refusal, split_line
-from skyfilter.delivery.realtime_start import pass_first_boundary, wait_until_reading, warm_up
+from skyfilter.delivery.realtime_start import rehearse, wait_until_reading, warm_up
 from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.kafka.clients import spark_sink_options, spark_source_options
 from skyfilter.kafka.topics import ensure_topics, topic_partitions
@@ -154,7 +154,8 @@ class StreamJob:
                                  self.reader)
             with scheduler_pool(self.spark, LaneName.REALTIME):
                 warm_up(self.realtime)
-                pass_first_boundary(self.realtime, self._source(LaneName.REALTIME, starting="latest").load())
+                rehearse(self.realtime, self.reader,
+                         lambda topic, starting: self._source(LaneName.REALTIME, [topic], starting).load())
                 self.queries[LaneName.REALTIME] = self.realtime.start()
         needs_batches = not realtime or any(broker_refusal(b, plan, settings)
                                             for b in plan.brokers if b.enabled_filters)

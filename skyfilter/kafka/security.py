@@ -80,6 +80,8 @@ def grants(cfg: Config, brokers: list[BrokerSpec]) -> list[Grant]:
         Grant("pipeline", "topic", alerts, False, read),
         Grant("pipeline", "topic", f"{alerts}.", True, write),      # dead letters, nightly copies, replays
         Grant("pipeline", "topic", f"{alerts}.delivery-log", True, read),  # the archive lane reads what was sent
+        Grant("pipeline", "topic", f"{alerts}.rehearsal", True, read),  # the night rehearsed before it starts
+        Grant("pipeline", "group", "skyfilter-rehearsal-", True, ("READ",)),
         Grant("pipeline", "topic", errors, False, write),
         Grant("pipeline", "topic", registry, False, (*write, "READ")),
         Grant("pipeline", "group", "spark-kafka-", True, ("READ",)),

@@ -67,13 +67,20 @@ def probe_batch(spark, plan: StreamPlan, alerts: int = PROBE_ALERTS) -> DataFram
     visit needs is generated, loaded and compiled by the JVM beforehand.
     """
     rows = [(None, None, plan.topic, 0, -1, None, 0)]
-    values = []
-    for schema_id, text in plan.inputs.readable.items():  # every writer's decoding gets compiled
-        writer = json.loads(text)
-        values.append(frame(schema_id, schemaless_body(writer, filled_record(writer))))
+    values = probe_values(plan)
     now = datetime.now(UTC)
     rows += [(None, values[i % len(values)], plan.topic, 0, -2 - i, now, 0) for i in range(alerts if values else 0)]
     return spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
+
+
+def probe_values(plan: StreamPlan) -> list[bytes]:
+    """One probe message per writer schema of the topic (every field filled in), so that every writer's decoding
+    gets compiled."""
+    values = []
+    for schema_id, text in plan.inputs.readable.items():
+        writer = json.loads(text)
+        values.append(frame(schema_id, schemaless_body(writer, filled_record(writer))))
+    return values
 
 
 @dataclass(frozen=True)
