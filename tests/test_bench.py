@@ -138,6 +138,7 @@ def test_user_path_starts_the_job_with_spark_submit_on_a_busy_topic_and_restarts
                   ["--variants", "lean:archive.writer=delta-rs+archive.process=same", "--seconds", "4", "--rate", "10",
                    "--backlog-visits", "1", "--restart-at", "2", "--filters", "4", "--python-filters", "1",
                    "--brokers", "2", "--producers", "1", "--cached-visits", "2", "--no-stamps", "--cuts", "loose",
+                   "--kafka-warm-up", "1",
                    "--set", "archive.trigger=1s", "--set", "archive.log_trigger=1s", "--scrape-every", "0.5"],
                   kafka_cfg, tmp_path, capsys)
     [row] = result["results"]
