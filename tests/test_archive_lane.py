@@ -32,7 +32,7 @@ class Job:
                    "--filters-dir", str(folder / "filters"), "--brokers", str(folder / "brokers.yaml"),
                    "--bootstrap", cfg.bootstrap_servers, "--state-dir", str(cfg.state_dir),
                    "--set", "monitoring.port=null", "--starting-offsets", "earliest", *extra]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.lines: list[tuple[float, str]] = []
         threading.Thread(target=self._read, daemon=True).start()

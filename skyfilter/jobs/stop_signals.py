@@ -10,8 +10,10 @@ import os
 import signal
 import sys
 import threading
+import time
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+ECHO_S = 5.0  # a stop signal this soon after the first is its echo, not a second request
 
 
 class StopSignals:
@@ -19,6 +21,7 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None  # the first stop signal that came
+        self.received_at = 0.0  # when, on the monotonic clock
         self.previous: dict = {}
 
     def catch(self) -> None:
@@ -27,7 +30,8 @@ class StopSignals:
             return
 
         def note(signum, _frame):
-            self.received = signum
+            if self.received is None:
+                self.received, self.received_at = signum, time.monotonic()
 
         self.previous = {s: signal.signal(s, note) for s in SIGNALS}
 
@@ -37,11 +41,18 @@ class StopSignals:
         An archive-only job (``--lane archive``, as a job's archive process) ignores a second SIGTERM: under
         systemd's default ``KillMode=control-group`` it gets the operator's SIGTERM and then its parent's, and
         must still finish its catch-up (its parent gives it ``archive.stop_timeout_s``); SIGINT still ends it.
+
+        A signal within :data:`ECHO_S` of the first is that first one's echo and changes nothing: under
+        ``KillMode=control-group`` (and Ctrl-C, which signals the whole process group) the Python job gets
+        the signal itself and again from spark-submit's JVM, which passes its own on; on a busy machine the
+        JVM's copy can come a second or more later.
         """
         if threading.current_thread() is not threading.main_thread():
             return
 
         def at_once(signum, _frame):  # print, not logging: a log handler's lock may be held where it interrupts
+            if time.monotonic() - self.received_at < ECHO_S:
+                return
             print(f"second {signal.Signals(signum).name}: stopping at once; the next start resumes from the "
                   f"checkpoints", file=sys.stderr, flush=True)
             os._exit(128 + signum)
