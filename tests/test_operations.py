@@ -13,7 +13,13 @@ import yaml
 from conftest import ROOT, port_base
 from skyfilter.core.config import Config
 from skyfilter.lanes.monitoring import StreamMonitor
-from skyfilter.lanes.read_positions import consumer_group, marked_positions, start_positions
+from skyfilter.lanes.read_positions import (
+    consumer_group,
+    marked_positions,
+    past_checkpoint,
+    read_to,
+    start_positions,
+)
 from skyfilter.lanes.recent_latency import RecentLatency
 from skyfilter.local.processes import free_port
 
@@ -129,6 +135,10 @@ def test_read_positions_take_the_furthest_known_and_start_where_a_new_name_start
     marks = {("alerts", 0): (57, 1_000, 7), ("other", 1): (999, 1_000, 1)}
     positions = marked_positions(lambda: marks, "alerts", {0: 40, 1: 38}, checkpoint)
     assert positions([0, 1]) == {0: 57, 1: 45}, "marks where the tasks read, else the checkpoint"
+    assert past_checkpoint(positions([0, 1]), checkpoint, "alerts", {0: 40, 1: 38}) == 7, \
+        "read since the last checkpoint: what the marks passed, not what the topic holds"
+    assert past_checkpoint({0: 44, 1: 38}, tmp_path / "new", "alerts", {0: 40, 1: 38}) == 4, "new name: since start"
+    assert read_to({0: 57, 1: 45}, {0: 57, 1: 45}) and not read_to({0: 57, 1: 45}, {0: 57, 1: 46, 2: 0})
     assert consumer_group("night", "realtime") == consumer_group("night", "delivery") == "skyfilter.night"
     assert consumer_group("night", "archive") == "skyfilter.night.archive"
 

@@ -13,7 +13,7 @@ the cap holds.  Every broker topic
 must equal an independent evaluation of the produced alerts (the watchlist's by
 brute force), the capped one exactly its cap per visit.  The executors' read
 marks reach the driver as they move: its metrics show every alert read, with no
-lag, seconds after the last one (not at the 30 s checkpoint).  A second run
+lag, seconds after the last delivery (not at the 30 s checkpoint).  A second run
 names a Python the executors do not have: the Python filter and the watchlist
 subscription are quarantined, and the SQL broker delivers everything.
 """
@@ -169,8 +169,10 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
         after = executor_workers()
         sent = time.monotonic()
         before_loss = 4 * PER_VISIT
-        read, lag = read_and_lag(f"http://127.0.0.1:{metrics_port}/metrics", before_loss, sent + 20)
-        read_after_s = time.monotonic() - sent
+        read, lag = read_and_lag(f"http://127.0.0.1:{metrics_port}/metrics", before_loss, sent + 60)
+        # from the last delivery (the tasks had read every alert by then) to the metrics showing it: the marks'
+        # way to the driver, without the worker's restart and the alerts it evaluates again
+        shown_after_s = time.time() - max(m.timestamp_ms for m in read_topic(kafka_cfg, "filtered.rtc_lite")) / 1000
         lost = kill_worker_with_a_filter_worker(cluster)  # a machine lost: worker, executor, filter workers
         produce(kafka_cfg, ProduceOptions(topic=TOPIC, visits=2, alerts_per_visit=PER_VISIT, interval_s=3.0,
                                           stamps=True, seed=SEED, night=NIGHT, progress=False, first_visit=5))
@@ -185,9 +187,9 @@ def test_every_broker_runs_in_realtime_mode_on_the_executors_of_a_cluster(kafka_
     assert "5 of 5 broker(s) in Real-time Mode" in text and "micro-batches beside it" not in text, text[-3000:]
     assert killed not in after and set(after.values()) & set(workers.values()), \
         f"the killed worker's executor started another: before {workers}, after {after}"
-    assert read >= before_loss and lag == 0 and read_after_s < 10, \
+    assert read >= before_loss and lag == 0 and shown_after_s < 10, \
         f"the executors' read marks reach the driver's metrics within seconds, not at a checkpoint 30 s apart: " \
-        f"{read} read, lag {lag}, {read_after_s:.1f} s after the last alert"
+        f"{read} read, lag {lag}, {shown_after_s:.1f} s after the last delivery"
 
     inputs = read_topic(kafka_cfg, TOPIC)
     records = {str(r["diaSourceId"]): r for r in decode_messages(inputs, rubin_schema("10.0"))}

@@ -8,6 +8,7 @@ job, caps and Python filters included.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from skyfilter.delivery.batch_figures import MATCHED
 from skyfilter.delivery.caps import VisitCaps
 from skyfilter.delivery.micro_batches import DeliveryLane
 from skyfilter.delivery.realtime import RealtimeLane
+from skyfilter.delivery.realtime_reads import RealtimeReads
 from skyfilter.filtering.decode import alert_field_names
 from skyfilter.jobs.filter_stream import run
 from skyfilter.lanes.delivery_log import SummaryWriter
@@ -72,6 +74,11 @@ def planned(kafka_cfg, spark, tmp_path_factory):
     monitor.close()
 
 
+def unread(spark) -> RealtimeReads:
+    """The read marks of a Real-time lane that never runs."""
+    return RealtimeReads(spark, "unused", Path("unused"), "unused", {})
+
+
 def _plan_text(frame) -> str:
     return optimized_plan(frame)
 
@@ -94,8 +101,8 @@ def test_the_delivery_query_decodes_once_without_cutouts_and_caches_nothing(spar
 def test_the_realtime_query_decodes_once_and_observes_no_field_of_the_alert(spark, planned):
     """Spark's ``observe`` copies every column it is given into its row format: the decoded alert's fields (thousands
     of nested ones) must be gone before it, the re-encodings already made."""
-    lane = RealtimeLane(planned["lane"].services, spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "5 minutes",
-                        SummaryWriter(planned["lane"].cfg, "unused"))
+    lane = RealtimeLane(planned["lane"].services, spark.createDataFrame([], KAFKA_SOURCE_SCHEMA),
+                        unread(spark), "5 minutes", SummaryWriter(planned["lane"].cfg, "unused"))
     try:
         lane.take_plan()
         assert len(lane.brokers()) == 3, "Real-time Mode serves the capped broker with a Python filter too"
@@ -132,8 +139,8 @@ def test_a_watchlist_adds_one_pass_over_positions_and_keeps_one_decode(kafka_cfg
     monitor = StreamMonitor(kafka_cfg, TOPIC, "plan-watch")
     services = LaneServices(spark, kafka_cfg, PlanCell(plan), {}, monitor, StreamTotals())
     lane = DeliveryLane(services, "0s", SummaryWriter(kafka_cfg, "unused"), VisitCaps())
-    realtime = RealtimeLane(services, spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), "5 minutes",
-                            SummaryWriter(kafka_cfg, "unused"))
+    realtime = RealtimeLane(services, spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), unread(spark),
+                            "5 minutes", SummaryWriter(kafka_cfg, "unused"))
     try:
         rows, _ = lane.outgoing(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), 0)
         realtime.take_plan()

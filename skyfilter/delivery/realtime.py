@@ -52,6 +52,7 @@ from skyfilter.delivery.batch_figures import figure_aggregates, read_matches
 from skyfilter.delivery.caps import realtime_broker_visits, realtime_cap_step
 from skyfilter.delivery.micro_batches import batch_stats, report_batch, summary_record
 from skyfilter.delivery.program import encode_and_narrow_steps, evaluate, lane_filters
+from skyfilter.delivery.realtime_reads import RealtimeReads
 from skyfilter.delivery.realtime_split import broker_refusal
 from skyfilter.delivery.realtime_start import WARM_UP_LEDGER, wait_until_reading, warm_up
 from skyfilter.filtering.filter_errors import KIND as FILTER_ERROR_KIND
@@ -60,7 +61,6 @@ from skyfilter.filtering.filter_eval import FilterSet, worker_filter_set
 from skyfilter.filtering.filter_workers import filter_set, watch_set
 from skyfilter.filtering.input_schemas import NEW_SCHEMA_ERROR
 from skyfilter.lanes.delivery_log import RESTORE_HOURS, SummaryWriter
-from skyfilter.lanes.kafka_reachability import offsets_past_checkpoint
 from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.outgoing import message_steps, with_batch_id
 from skyfilter.plan.quarantine import Quarantine
@@ -82,15 +82,17 @@ logger = logging.getLogger(__name__)
 LANE = LaneName.REALTIME
 OBSERVATION = "skyfilter_realtime"
 FILTER_ERROR_KEY = "filter_error"  # key of the delivery-log records of failing Python filters
+SINK_SETTLE_S = 1.0  # a read alert passes the filters and reaches Kafka in milliseconds; a stop leaves it 1 s
 
 
 class RealtimeLane(Lane):
     """The Real-time Mode query of a stream, restarted when what it serves changes."""
 
-    def __init__(self, services: LaneServices, source: DataFrame, interval: str, summaries: SummaryWriter,
-                 quarantine: Quarantine | None = None, local_master: bool = True):
+    def __init__(self, services: LaneServices, source: DataFrame, reads: RealtimeReads, interval: str,
+                 summaries: SummaryWriter, quarantine: Quarantine | None = None, local_master: bool = True):
         super().__init__(services, LANE)
         self.source = source
+        self.reads = reads
         self.interval = interval
         self.summaries = summaries
         self.quarantine = quarantine
@@ -295,14 +297,25 @@ class RealtimeLane(Lane):
         self.totals.add_delivery(stats, started, finished)
         report_batch(LANE, progress.batchId, stats, self.plan.deadletter_topic, started, None)
 
+    def read_up_to(self, ends: dict[int, int], timeout_s: float) -> bool:
+        """Before a clean stop: wait (at most ``timeout_s``) until the tasks have read to ``ends``, the topic's
+        ends when the stop came, and then :data:`SINK_SETTLE_S` for what they read to pass the filters and the
+        Kafka sink; False when they had not read that far (the next start delivers the rest)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.reads.reached(ends):
+            if time.monotonic() >= deadline or self.query is None or not self.query.isActive:
+                return False
+            time.sleep(0.1)
+        time.sleep(SINK_SETTLE_S)
+        return True
+
     def stop(self) -> None:
-        """Stop the query; the alerts it read since its last checkpoint are noted in the totals (its figures come
-        at checkpoints).  Its long-lived tasks are killed: what they log of it goes to the log file only
-        (``skyfilter/spark/jvm/ExpectedCancellations.java``)."""
+        """Stop the query; the alerts its tasks read since its last checkpoint (their read marks) are noted in
+        the totals (its figures come at checkpoints).  Its long-lived tasks are killed: what they log of it goes
+        to the log file only (``skyfilter/spark/jvm/ExpectedCancellations.java``)."""
         if self.query is None or not self.query.isActive:
             return
-        self.totals.after_checkpoint = offsets_past_checkpoint(self.cfg, self.plan.lane_checkpoint(LANE),
-                                                               self.plan.topic)
+        self.totals.after_checkpoint = self.reads.past_checkpoint()
         announce_query_stop(self.spark, str(self.query.runId))
         self.query.stop()
 

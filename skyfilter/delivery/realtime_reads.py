@@ -12,6 +12,8 @@ cluster master the executors send their marks to the driver's JVM as they move
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -19,7 +21,7 @@ from skyfilter.core.config import Config
 from skyfilter.core.lane_names import LaneName
 from skyfilter.kafka.lag import LatestOffsets
 from skyfilter.lanes.monitoring import StreamMonitor
-from skyfilter.lanes.read_positions import marked_positions, start_positions
+from skyfilter.lanes.read_positions import marked_positions, past_checkpoint, read_to, start_positions
 from skyfilter.plan.stream_plan import StreamPlan
 from skyfilter.spark.internals import READ_MARK_FUNCTION, read_marks, register_jvm_function, serve_read_marks
 
@@ -45,8 +47,29 @@ def marked_reads(spark: SparkSession, reader: str, source: DataFrame) -> DataFra
                                         "offset", F.unix_millis("timestamp")))
 
 
+class RealtimeReads:
+    """Where a stream's Real-time tasks have read to: their marks, else where the lane started or its checkpoint."""
+
+    def __init__(self, spark: SparkSession, reader: str, checkpoint: Path, topic: str, started: dict[int, int]):
+        self.checkpoint, self.topic, self.started = checkpoint, topic, started
+        self.marks = lambda: read_marks(spark, reader)
+        self.positions = marked_positions(self.marks, topic, started, checkpoint)
+
+    def rows_read(self) -> int:
+        """Rows the tasks of this JVM's queries read under the reader's name (every run of the lane)."""
+        return sum(mark[2] for mark in self.marks().values())
+
+    def past_checkpoint(self) -> int:
+        """Alerts read since the lane's last checkpoint: delivered, and not yet in its checkpoints' figures."""
+        return past_checkpoint(self.positions([]), self.checkpoint, self.topic, self.started)
+
+    def reached(self, ends: dict[int, int]) -> bool:
+        """Whether the tasks have read up to ``ends`` (partition -> offset) in every partition."""
+        return read_to(self.positions([]), ends)
+
+
 def watch_realtime_reads(spark: SparkSession, cfg: Config, monitor: StreamMonitor, plan: StreamPlan,
-                         interval: str, reader: str) -> None:
+                         interval: str, reader: str) -> RealtimeReads:
     """Measure the Real-time lane from the read marks of ``reader``: its lag (where none was made yet, from where
     it started) and its alerts read, as they are read."""
     checkpoint, topic = plan.lane_checkpoint(LaneName.REALTIME), plan.topic
@@ -55,9 +78,7 @@ def watch_realtime_reads(spark: SparkSession, cfg: Config, monitor: StreamMonito
         started = start_positions(checkpoint, topic, latest(topic), str(cfg.stream.starting_offsets))
     finally:
         latest.close()
-
-    def marks() -> dict[tuple[str, int], tuple[int, int, int]]:
-        return read_marks(spark, reader)
-    monitor.add_lane(LaneName.REALTIME, checkpoint, f"realtime {interval}",
-                     committed=marked_positions(marks, topic, started, checkpoint),
-                     rows_read=lambda: sum(mark[2] for mark in marks().values()))
+    reads = RealtimeReads(spark, reader, checkpoint, topic, started)
+    monitor.add_lane(LaneName.REALTIME, checkpoint, f"realtime {interval}", committed=reads.positions,
+                     rows_read=reads.rows_read)
+    return reads

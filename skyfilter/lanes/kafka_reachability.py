@@ -141,7 +141,7 @@ class InputArrivals:
 
 def offsets_past_checkpoint(cfg: Config, checkpoint: Path, topic: str) -> int:
     """Messages of ``topic`` past the offsets a query's ``checkpoint`` last committed (or its starting offsets):
-    what a Real-time Mode query has read, and not yet counted, when it stops (0 when Kafka does not answer)."""
+    what arrived for a Real-time Mode query before this run counts arrivals (0 when Kafka does not answer)."""
     _, committed = committed_offsets(checkpoint, topic)
     if not committed:
         started = str(cfg.stream.starting_offsets)

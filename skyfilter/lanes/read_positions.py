@@ -60,6 +60,19 @@ def marked_positions(marks: Callable[[], dict[tuple[str, int], tuple[int, int, i
     return positions
 
 
+def past_checkpoint(positions: dict[int, int], checkpoint: Path, topic: str, started: dict[int, int]) -> int:
+    """Alerts read past what ``checkpoint`` last committed (where nothing was committed, past where the lane
+    ``started``): what a Real-time query has read, and its checkpoints not yet counted."""
+    committed = committed_offsets(checkpoint, topic)[1] or started
+    return sum(max(0, offset - committed.get(partition, started.get(partition, 0)))
+               for partition, offset in positions.items())
+
+
+def read_to(positions: dict[int, int], ends: dict[int, int]) -> bool:
+    """Whether ``positions`` reach ``ends`` (partition -> offset) in every partition."""
+    return all(positions.get(partition, 0) >= end for partition, end in ends.items())
+
+
 class OldestUnread:
     """The Kafka append time of the first unread alert of lagging partitions, and the group commits."""
 
