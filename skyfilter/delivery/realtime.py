@@ -60,6 +60,7 @@ from skyfilter.filtering.filter_errors import FilterErrorWatch, error_record
 from skyfilter.filtering.filter_eval import FilterSet, worker_filter_set
 from skyfilter.filtering.filter_workers import filter_set, watch_set
 from skyfilter.filtering.input_schemas import NEW_SCHEMA_ERROR
+from skyfilter.kafka.lag import LatestOffsets
 from skyfilter.lanes.delivery_log import RESTORE_HOURS, SummaryWriter
 from skyfilter.lanes.lane import Lane, LaneServices
 from skyfilter.plan.outgoing import message_steps, with_batch_id
@@ -297,13 +298,22 @@ class RealtimeLane(Lane):
         self.totals.add_delivery(stats, started, finished)
         report_batch(LANE, progress.batchId, stats, self.plan.deadletter_topic, started, None)
 
-    def read_up_to(self, ends: dict[int, int], timeout_s: float) -> bool:
-        """Before a clean stop: wait (at most ``timeout_s``) until the tasks have read to ``ends``, the topic's
-        ends when the stop came, and then :data:`SINK_SETTLE_S` for what they read to pass the filters and the
-        Kafka sink; False when they had not read that far (the next start delivers the rest)."""
+    def deliver_what_came(self, timeout_s: float) -> bool:
+        """Before a clean stop: wait (at most ``timeout_s``) until the tasks have read to where the topic ends
+        now, then :data:`SINK_SETTLE_S` for what they read to pass the filters and reach Kafka; False (said)
+        when they had not read that far, or Kafka did not say where it ends (the next start delivers the rest)."""
+        latest = LatestOffsets(self.cfg)
+        try:
+            ends = latest(self.plan.topic)
+        except SkyfilterError:
+            return False
+        finally:
+            latest.close()
         deadline = time.monotonic() + timeout_s
         while not self.reads.reached(ends):
             if time.monotonic() >= deadline or self.query is None or not self.query.isActive:
+                logger.info(f"{LANE} lane: had not read every alert that came before the stop {timeout_s:.0f} s "
+                            f"later: the next start delivers the rest (from its checkpoint)")
                 return False
             time.sleep(0.1)
         time.sleep(SINK_SETTLE_S)

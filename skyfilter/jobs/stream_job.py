@@ -41,7 +41,6 @@ from skyfilter.delivery.realtime_split import broker_refusal, split_line
 from skyfilter.delivery.realtime_start import rehearse, wait_until_reading, warm_up
 from skyfilter.jobs.stop_signals import StopSignals
 from skyfilter.kafka.clients import spark_sink_options, spark_source_options
-from skyfilter.kafka.lag import LatestOffsets
 from skyfilter.kafka.topics import ensure_topics, topic_partitions
 from skyfilter.lanes.delivery_log import SummaryWriter, delivered_so_far
 from skyfilter.lanes.kafka_reachability import InputArrivals, KafkaWatch, offsets_past_checkpoint
@@ -337,8 +336,8 @@ class StreamJob:
                 arrivals.close()
             self.signals.second_stops_at_once(archive_only=self.lanes == {LaneName.ARCHIVE})
             try:
-                if drain:
-                    self._read_what_came()
+                if drain and self.realtime is not None and self.kafka.down_since is None:
+                    self.realtime.deliver_what_came(STOP_BETWEEN_BATCHES_S)
                 self.stop()
                 if self.archive_process is not None:
                     self.archive_unfinished = self.archive_process.stop(self.cfg.archive.stop_timeout_s) != 0
@@ -347,22 +346,6 @@ class StreamJob:
                     self._drain_archive()
             finally:
                 self.signals.restore()
-
-    def _read_what_came(self) -> None:
-        """Before a clean stop, let the Real-time query read and deliver what the topic held when the stop came
-        (at most :data:`STOP_BETWEEN_BATCHES_S`, as micro-batches get to finish theirs)."""
-        if self.realtime is None or self.kafka.down_since is not None:
-            return
-        latest = LatestOffsets(self.cfg)
-        try:
-            ends = latest(self.plan.topic)
-        except SkyfilterError:
-            return
-        finally:
-            latest.close()
-        if not self.realtime.read_up_to(ends, STOP_BETWEEN_BATCHES_S):
-            logger.info(f"{LaneName.REALTIME} lane: had not read every alert that came before the stop "
-                        f"{STOP_BETWEEN_BATCHES_S:.0f} s later: the next start delivers the rest (from its checkpoint)")
 
     def _poll(self, seconds: float) -> bool:
         """Wait on every query for a while; False once one stopped without an error (someone stopped it).
