@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from skyfilter.core.config import Config
 from skyfilter.kafka.clients import client_settings
+from skyfilter.kafka.read_back import watermarks
 from skyfilter.lanes.monitoring import StreamMonitor
 
 logger = logging.getLogger(__name__)
@@ -79,8 +80,7 @@ class TopicBatches(ABC):
         from confluent_kafka import TopicPartition
 
         partitions = sorted(self.consumer.list_topics(self.topic, timeout=30).topics[self.topic].partitions)
-        self.marks = {p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
-                      for p in partitions}
+        self.marks = {p: watermarks(self.consumer, TopicPartition(self.topic, p)) for p in partitions}
         stored = self.stored(partitions)
         self.started = {p: stored[p] if p in stored else self.first_offset(p) for p in partitions}
         self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in self.started.items()])

@@ -63,11 +63,13 @@ class LatestOffsets:
     def __call__(self, topic: str, timeout_s: float = 5.0) -> dict[int, int]:
         from confluent_kafka import KafkaException, TopicPartition
 
+        from skyfilter.kafka.read_back import watermarks
+
         try:
             info = self.consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
             if info is None or info.error is not None:
                 return {}
-            return {p: self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+            return {p: watermarks(self.consumer, TopicPartition(topic, p), wait_s=timeout_s, timeout_s=timeout_s)[1]
                     for p in info.partitions}
         except KafkaException as exc:
             raise SkyfilterError(f"cannot read the latest offsets of '{topic}' at {self.cfg.bootstrap_servers}: "

@@ -33,12 +33,14 @@ class Delivered:
         return None if sent is None else float(self.timestamp_ms - int(sent))
 
 
-def watermarks(consumer: Consumer, partition: TopicPartition, wait_s: float = 15.0) -> tuple[int, int]:
-    """Low and high offsets; on a cluster a just-created topic gets its leader known everywhere a moment later."""
+def watermarks(consumer: Consumer, partition: TopicPartition, wait_s: float = 15.0,
+               timeout_s: float = 10.0) -> tuple[int, int]:
+    """Low and high offsets, asking again for ``wait_s`` while Kafka says the partition has no leader yet: a
+    just-created topic gets its leader known everywhere a moment later (even on one broker)."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return consumer.get_watermark_offsets(partition, timeout=10)
+            return consumer.get_watermark_offsets(partition, timeout=timeout_s)
         except KafkaException as exc:
             error = exc.args[0]
             transient = error.retriable() or error.code() in (KafkaError._UNKNOWN_PARTITION,
