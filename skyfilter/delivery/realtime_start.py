@@ -76,15 +76,17 @@ def warm_up(lane: RealtimeLane, alerts: int | None = None) -> None:
     producer holding the output topics' metadata, instead of the first visit waiting
     for them.  ``alerts``: how many probe alerts (default ``stream.realtime.warm_up_alerts``,
     times the task slots on a cluster; more let the JIT compile more before the night, at
-    seconds per thousand).  The
+    seconds per thousand; 0: the Kafka clients alone).  The
     probe's caps go to a ledger of their own, forgotten afterwards.
     """
-    began, alerts = time.monotonic(), alerts or lane.cfg.stream.realtime.warm_up_alerts
+    began = time.monotonic()
+    alerts = lane.cfg.stream.realtime.warm_up_alerts if alerts is None else alerts
     if not lane.local_master:  # each executor JVM compiles for itself: every task slot gets a driver's share
         alerts *= max(1, int(lane.spark.sparkContext.defaultParallelism))
-    probe = probe_batch(lane.spark, lane.plan, alerts)
-    with warm_up_ledger(lane) as ledger:
-        lane.rows(probe, ledger, observed=False, warm_up=True).write.format("noop").mode("overwrite").save()
+    if alerts:
+        probe = probe_batch(lane.spark, lane.plan, alerts)
+        with warm_up_ledger(lane) as ledger:
+            lane.rows(probe, ledger, observed=False, warm_up=True).write.format("noop").mode("overwrite").save()
     lane.warm_up_kafka(lane.plan.output_topics(lane.brokers()), lane.plan.topic)
     logger.info(f"realtime: warmed up on {alerts} probe alerts in {time.monotonic() - began:.1f} s")
 
